@@ -1,0 +1,53 @@
+# Everything installs itself: a virtualenv with the Python deps, and the Kafka 3.9.2 jars
+# from Maven Central into .cache/. Nothing needs to be installed by hand beyond
+# python3 (3.11+), Java 17 and Maven.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KAFKA_LIBS := .cache/kafka-3.9.2/libs
+export GPULEDGER_KAFKA_LIBS ?= $(CURDIR)/$(KAFKA_LIBS)
+
+.PHONY: setup demo test unit integration bench stack-up stack-down kafka-jars clean
+
+setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PY) >/dev/null || { echo "python3 (3.11+) is required"; exit 1; }
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+kafka-jars: $(KAFKA_LIBS)/.complete
+
+$(KAFKA_LIBS)/.complete: stack/kafka-pom.xml
+	@command -v mvn >/dev/null || { echo "Maven (mvn) is required to fetch the Kafka jars"; exit 1; }
+	@command -v java >/dev/null || { echo "Java 17 is required to run the local Kafka broker"; exit 1; }
+	mvn --batch-mode --quiet -f stack/kafka-pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
+	touch $@
+
+demo: setup
+	$(BIN)/gpuledger demo
+
+test: setup
+	$(BIN)/pytest -q -ra
+
+unit: setup
+	$(BIN)/pytest -q -ra tests/unit
+
+integration: setup
+	$(BIN)/pytest -q -ra tests/integration
+
+bench: setup
+	$(BIN)/python -m gpuledger.bench
+
+stack-up: setup
+	$(BIN)/gpuledger stack up
+
+stack-down: setup
+	$(BIN)/gpuledger stack down
+
+clean:
+	-$(BIN)/gpuledger stack down
+	rm -rf .gpuledger .pytest_cache

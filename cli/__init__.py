@@ -1,0 +1,1 @@
+"""gpuledger.cli."""

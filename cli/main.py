@@ -1,0 +1,187 @@
+"""``gpuledger``: one console script, a subcommand per job.
+
+Parse -> settings (flags over ``GPULEDGER_*`` over defaults) -> run. Exit 0 on success,
+2 on bad input (with the reason), 1 on failure. Progress goes to stderr, data to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+
+from gpuledger.config import Settings, load_settings
+from gpuledger.domain.timeutil import parse_rfc3339_ms
+
+__all__ = ["main"]
+
+
+class UsageError(ValueError):
+    """Bad input from the user: exit 2 with the reason."""
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def period_bounds(period: str) -> tuple[int, int]:
+    try:
+        year, month = (int(x) for x in period.split("-"))
+        if not 1 <= month <= 12:
+            raise ValueError
+    except ValueError as exc:
+        raise UsageError(f"--period must be YYYY-MM, got {period!r}") from exc
+    nxt = (year + 1, 1) if month == 12 else (year, month + 1)
+    return (parse_rfc3339_ms(f"{year:04d}-{month:02d}-01T00:00:00Z"),
+            parse_rfc3339_ms(f"{nxt[0]:04d}-{nxt[1]:02d}-01T00:00:00Z"))
+
+
+# -- commands -------------------------------------------------------------------------
+def cmd_stack(s: Settings, args) -> int:
+    from gpuledger.stack import KafkaBroker
+    from gpuledger.streams.topics import Topics, ensure_topics
+
+    broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs)
+    if args.action == "down":
+        st = broker.down()
+        progress(f"kafka: {st.detail}")
+        return 0
+    if args.action == "status":
+        st = broker.status()
+        print(orjson.dumps({"kafka": vars(st), "clickhouse_dsn": s.effective_dsn()}, option=orjson.OPT_INDENT_2).decode())
+        return 0 if st.reachable else 1
+    st = broker.up(progress=progress)
+    created = ensure_topics(s.kafka_bootstrap, Topics(s.topic_prefix, s.source_partitions))
+    if created:
+        progress(f"kafka: created topics {', '.join(created)}")
+    from gpuledger.sinks.query import open_reader
+
+    open_reader(s.home, s.effective_dsn())  # creates the ClickHouse schema when no worker owns it
+    progress(f"kafka: {st.detail} at {st.bootstrap} (pid {st.pid}); clickhouse: {s.effective_dsn()}")
+    return 0
+
+
+def cmd_ingest(s: Settings, args) -> int:
+    from gpuledger.producers.capture import ingest_capture
+    from gpuledger.producers.kafka import KafkaPublisher
+    from gpuledger.streams.topics import Topics, ensure_topics
+
+    topics = Topics(s.topic_prefix, s.source_partitions)
+    ensure_topics(s.kafka_bootstrap, topics)
+    summary = ingest_capture(Path(args.dir), KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms, progress)
+    print(summary.render())
+    return 0
+
+
+def cmd_process(s: Settings, args) -> int:
+    from gpuledger.streams.worker import run_process
+
+    return run_process(s, args.until_caught_up, progress)
+
+
+def _window(args) -> tuple[int, int]:
+    if args.period:
+        return period_bounds(args.period)
+    if args.from_ and args.to:
+        try:
+            return parse_rfc3339_ms(args.from_), parse_rfc3339_ms(args.to)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    raise UsageError("give --period YYYY-MM, or --from T --to T (RFC 3339)")
+
+
+def cmd_showback(s: Settings, args) -> int:
+    from gpuledger.domain.showback import build_showback, render_csv, render_table
+    from gpuledger.sinks.query import open_reader
+    from gpuledger.sinks.showback_sql import read_showback_rows
+
+    from_ms, to_ms = _window(args)
+    doc = build_showback(read_showback_rows(open_reader(s.home, s.effective_dsn()), from_ms, to_ms), args.tenant)
+    if args.format == "json":
+        print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    elif args.format == "csv":
+        sys.stdout.write(render_csv(doc))
+    else:
+        print(render_table(doc))
+    return 0
+
+
+def cmd_demo(s: Settings, args) -> int:
+    from gpuledger.demo.run import run_demo
+
+    return run_demo(s, Path(args.out) if args.out else None, args.hours, progress,
+                    lambda argv: main(argv, settings=s))
+
+
+def cmd_config(s: Settings, args) -> int:
+    print(orjson.dumps(s.model_dump(mode="json"), option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuledger", description="Who used the GPU: attribution from real sources.")
+    p.add_argument("--home", help="local state folder (GPULEDGER_HOME, default ./.gpuledger)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap (GPULEDGER_KAFKA_BOOTSTRAP, default 127.0.0.1:9092)")
+    p.add_argument("--dsn", help="ClickHouse DSN (GPULEDGER_CLICKHOUSE_DSN, default chdb://HOME/clickhouse)")
+    sub = p.add_subparsers(dest="command", required=True)
+    st = sub.add_parser("stack", help="start/stop/report the local Kafka broker; create topics and tables")
+    st.add_argument("action", choices=["up", "down", "status"])
+    st.set_defaults(func=cmd_stack)
+    ing = sub.add_parser("ingest", help="publish a capture directory to the source topics")
+    ing.add_argument("dir")
+    ing.set_defaults(func=cmd_ingest)
+    pr = sub.add_parser("process", help="run the stream processors and sinks")
+    pr.add_argument("--until-caught-up", action="store_true", help="exit 0 once all input up to now is in ClickHouse")
+    pr.set_defaults(func=cmd_process)
+    sb = sub.add_parser("showback", help="real-time (provisional) showback from ClickHouse")
+    sb.add_argument("--period")
+    sb.add_argument("--from", dest="from_")
+    sb.add_argument("--to")
+    sb.add_argument("--tenant")
+    sb.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    sb.set_defaults(func=cmd_showback)
+    dm = sub.add_parser("demo", help="stack up, generate a realistic cluster capture, ingest, process, showback")
+    dm.add_argument("--out", help="where to write the capture (default HOME/demo-capture)")
+    dm.add_argument("--hours", type=int, default=24)
+    dm.set_defaults(func=cmd_demo)
+    cf = sub.add_parser("config", help="print the effective settings (validates them)")
+    cf.add_argument("action", choices=["validate"])
+    cf.set_defaults(func=cmd_config)
+    return p
+
+
+def main(argv: list[str] | None = None, settings: Settings | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        s = settings or load_settings(home=args.home, kafka_bootstrap=args.bootstrap, clickhouse_dsn=args.dsn)
+        return args.func(s, args)
+    except ValidationError as exc:
+        progress(f"gpuledger: bad settings: {exc}")
+        return 2
+    except UsageError as exc:
+        progress(f"gpuledger: {exc}")
+        return 2
+    except Exception as exc:  # noqa: BLE001 — the CLI edge: name the failure, exit 1
+        from gpuledger.producers.capture import CaptureError
+        from gpuledger.sinks.base import StoreError
+        from gpuledger.stack import StackError
+
+        if isinstance(exc, CaptureError):
+            progress(f"gpuledger: {exc}")
+            return 2
+        if isinstance(exc, (StackError, StoreError)):
+            progress(f"gpuledger: {exc}")
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The one frozen settings object of a gpuledger process.
+
+Order of precedence: flags (passed as overrides by the CLI), environment
+(``GPULEDGER_*``), defaults. Nothing below the CLI reads the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Settings every gpuledger command honours."""
+
+    model_config = SettingsConfigDict(env_prefix="GPULEDGER_", frozen=True, extra="forbid")
+
+    home: Path = Field(Path("./.gpuledger"), description="All local state: broker data, embedded ClickHouse, pid files.")
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Where Kafka clients connect; `stack up` listens here.")
+    clickhouse_dsn: str = Field("", description="chdb://PATH (embedded, default $HOME/clickhouse) or http://host:port.")
+    kafka_libs: Path = Field(Path("./.cache/kafka-3.9.2/libs"), description="Folder with the Kafka 3.9.2 jars.")
+    topic_prefix: str = Field("gpuledger", description="Prefix of every topic name; two stacks on one broker differ here.")
+    source_partitions: int = Field(4, ge=1, description="Partitions of each source topic (keyed by durable id).")
+    podresources_grace_s: float = Field(
+        120.0, ge=0, description="How far a node's PodResources may lag the other nodes before its samples are judged without it."
+    )
+    dcgm_sample_span_s: float = Field(10.0, gt=0, description="Time one DCGM sample stands for: [observed_at, +span).")
+    batch_max_records: int = Field(2000, ge=1, description="Records per processing batch (write, then commit).")
+    batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
+    query_port: int = Field(0, ge=0, description="Port of the worker's query endpoint (0 = any free port).")
+
+    def effective_dsn(self) -> str:
+        """The ClickHouse DSN, defaulting to the embedded engine under home."""
+        return self.clickhouse_dsn or f"chdb://{(self.home / 'clickhouse').resolve()}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings: explicit overrides (flags) over environment over defaults."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

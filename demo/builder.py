@@ -1,0 +1,165 @@
+"""Write captures in the real wire formats: v1 Pod/Namespace watch events, kubelet
+ListPodResourcesResponse (proto3 JSON), dcgm-exporter exposition text.
+
+Used by the demo's cluster generator and by tests that need a capture with known truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from gpuledger.domain.timeutil import format_rfc3339
+
+__all__ = ["CaptureWriter", "GpuSpec", "dcgm_exposition", "det_uuid", "namespace_object", "pod_object",
+           "podresources_response"]
+
+DRIVER = "580.105.08"
+
+
+def det_uuid(*parts: object) -> str:
+    """A stable UUID from names, so generated captures are reproducible."""
+    return str(uuidlib.UUID(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]))
+
+
+def gpu_uuid(*parts: object) -> str:
+    return "GPU-" + det_uuid("gpu", *parts)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    uuid: str
+    node: str
+    index: int
+    model: str = "NVIDIA H100 80GB HBM3"
+    gpu_class: str = "H100-80GB"
+
+    @property
+    def pci_bus_id(self) -> str:
+        return f"00000000:{0x53 + 0x11 * self.index:02X}:00.0"
+
+
+def namespace_object(name: str, uid: str, created_ms: int, tenant: str | None, project: str = "",
+                     cost_center: str = "", rv: int = 1) -> dict:
+    labels = {"kubernetes.io/metadata.name": name}
+    if tenant is not None:
+        labels.update({"gpuledger.io/tenant": tenant, "gpuledger.io/project": project or f"{tenant}-default",
+                       "gpuledger.io/cost-center": cost_center or f"cc-{tenant}"})
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": uid, "resourceVersion": str(rv), "labels": labels,
+                         "creationTimestamp": format_rfc3339(created_ms)},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def pod_object(namespace: str, name: str, uid: str, node: str, created_ms: int, gpus: int, phase: str = "Running",
+               rv: int = 1, endpoint: str = "") -> dict:
+    labels = {"app.kubernetes.io/name": name.rsplit("-", 1)[0]}
+    if endpoint:
+        labels["gpuledger.io/endpoint"] = endpoint
+    limits = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": str(gpus)}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": str(rv),
+                         "labels": labels, "creationTimestamp": format_rfc3339(created_ms)},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "schedulerName": "default-scheduler",
+                     "containers": [{"name": "main", "image": "registry.example.com/ml/train:2.4",
+                                     "resources": {"limits": limits, "requests": limits}}]},
+            "status": {"phase": phase, "qosClass": "Guaranteed"}}
+
+
+def podresources_response(holders: dict[tuple[str, str], list[str]]) -> dict:
+    """{(namespace, pod): [device ids]} -> ListPodResourcesResponse (proto3 JSON)."""
+    pods = [{"name": "dcgm-exporter-x7k2p", "namespace": "gpu-operator", "containers": [{"name": "exporter"}]}]
+    for (ns, pod), devices in sorted(holders.items()):
+        pods.append({"name": pod, "namespace": ns, "containers": [{"name": "main", "devices": [
+            {"resourceName": "nvidia.com/gpu", "deviceIds": list(devices)}]}]})
+    return {"podResources": pods}
+
+
+_FAMILIES = [
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned (in %)."),
+]
+
+
+def dcgm_exposition(node: str, readings: list[tuple[GpuSpec, float, dict]]) -> str:
+    """readings: (gpu, sm_active ratio, {"pod","namespace"} or {}) -> exposition text."""
+    out = []
+    for name, kind, help_text in _FAMILIES:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        for gpu, sm, who in readings:
+            labels = (f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",device="nvidia{gpu.index}",'
+                      f'modelName="{gpu.model}",Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER}"')
+            if who:
+                labels += f',container="main",namespace="{who["namespace"]}",pod="{who["pod"]}",pod_uid=""'
+            value = {
+                "DCGM_FI_DEV_GPU_UTIL": f"{round(min(100.0, sm * 100 + 3 * (sm > 0)))}",
+                "DCGM_FI_DEV_FB_USED": f"{int(1024 + sm * 70000)}",
+                "DCGM_FI_DEV_POWER_USAGE": f"{68 + sm * 560:.3f}",
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": f"{int(who.get('energy_mj', 0)) if who else 0}",
+                "DCGM_FI_PROF_SM_ACTIVE": f"{sm:.6f}",
+            }[name]
+            out.append(f"{name}{{{labels}}} {value}")
+    return "\n".join(out) + "\n"
+
+
+@dataclass
+class CaptureWriter:
+    """Appends lines to the capture files of one directory."""
+
+    root: Path
+    cluster_id: str = "prod-ai-1"
+    _handles: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "manifest.json").write_bytes(orjson.dumps(
+            {"format": "gpuledger-capture/1", "cluster_id": self.cluster_id}))
+
+    def _fh(self, name: str):
+        if name not in self._handles:
+            self._handles[name] = (self.root / name).open("ab")
+        return self._handles[name]
+
+    def line(self, name: str, obj: dict) -> None:
+        self._fh(name).write(orjson.dumps(obj) + b"\n")
+
+    def raw(self, name: str, text: str) -> None:
+        self._fh(name).write(text.encode() + b"\n")
+
+    def watch(self, t_ms: int, event_type: str, obj: dict) -> None:
+        self.line("k8s-watch.jsonl", {"observed_at": format_rfc3339(t_ms), "event": {"type": event_type, "object": obj}})
+
+    def bookmark(self, t_ms: int, rv: int) -> None:
+        self.watch(t_ms, "BOOKMARK", {"kind": "Pod", "apiVersion": "v1",
+                                      "metadata": {"resourceVersion": str(rv), "creationTimestamp": None},
+                                      "spec": {"containers": None}, "status": {}})
+
+    def snapshot(self, t_ms: int, node: str, holders: dict[tuple[str, str], list[str]]) -> None:
+        self.line("podresources.jsonl", {"observed_at": format_rfc3339(t_ms), "node": node,
+                                         "response": podresources_response(holders)})
+
+    def scrape(self, t_ms: int, node: str, readings: list[tuple[GpuSpec, float, dict]]) -> None:
+        self.line("dcgm.jsonl", {"observed_at": format_rfc3339(t_ms), "node": node,
+                                 "exposition": dcgm_exposition(node, readings)})
+
+    def inventory(self, gpus: list[GpuSpec], valid_from_ms: int, unavailable: list[dict] | None = None) -> None:
+        (self.root / "inventory.json").write_bytes(orjson.dumps({
+            "gpus": [{"gpu_uuid": g.uuid, "node": g.node, "model": g.model, "gpu_class": g.gpu_class,
+                      "valid_from": format_rfc3339(valid_from_ms), "valid_to": None, "mode": "exclusive"}
+                     for g in gpus],
+            "mig_profile_weights": {}, "vgpu_profile_weights": {},
+            "unavailable": unavailable or [],
+        }, option=orjson.OPT_INDENT_2))
+
+    def close(self) -> None:
+        for fh in self._handles.values():
+            fh.close()
+        self._handles.clear()

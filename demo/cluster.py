@@ -1,0 +1,149 @@
+"""A simulated cluster plan, rendered into a capture in the real formats.
+
+A plan says which pods held which GPUs when, which tenant owned each namespace when,
+where telemetry is missing and which GPUs were in maintenance. ``write_capture`` turns
+it into watch events (list-then-watch ADDED, MODIFIED, DELETED, periodic BOOKMARKs),
+PodResources snapshots every ``snapshot_every_ms`` per node, and dcgm-exporter scrapes
+every ``scrape_every_ms`` per node. Pods start and end on snapshot instants, so the
+plan's durations are the truth the engine must reproduce exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuledger.demo.builder import CaptureWriter, GpuSpec, namespace_object, pod_object
+from gpuledger.domain.timeutil import format_rfc3339
+
+__all__ = ["ClusterPlan", "NamespacePlan", "PodPlan", "write_capture"]
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    gpus: tuple[int, ...]
+    start_ms: int
+    end_ms: int
+    sm_active: float  # mean SM-active ratio while running
+
+    def sm_at(self, gpu_index: int, t_ms: int) -> float:
+        """Deterministic, bounded variation around the mean."""
+        wave = 0.15 * math.sin(t_ms / 600_000 + gpu_index)
+        return round(min(1.0, max(0.0, self.sm_active * (1 + wave))), 6)
+
+
+@dataclass(frozen=True)
+class NamespacePlan:
+    name: str
+    uid: str
+    created_ms: int
+    owners: tuple[tuple[int, str | None], ...]  # (from_ms, tenant) in time order; None = unlabeled
+    deleted_ms: int | None = None
+
+    def tenant_at(self, t_ms: int) -> str | None:
+        current = None
+        for start, tenant in self.owners:
+            if start <= t_ms:
+                current = tenant
+        return current
+
+
+@dataclass
+class ClusterPlan:
+    start_ms: int
+    end_ms: int
+    nodes: dict[str, list[GpuSpec]]
+    namespaces: list[NamespacePlan]
+    pods: list[PodPlan]
+    telemetry_gaps: list[tuple[str, int, int]] = field(default_factory=list)  # gpu uuid, [from, to)
+    unavailable: list[tuple[str, int, int, str]] = field(default_factory=list)  # gpu uuid, from, to, reason
+    snapshot_every_ms: int = 30_000
+    scrape_every_ms: int = 10_000
+    bookmark_every_ms: int = 60_000
+    cluster_id: str = "prod-ai-1"
+
+    def all_gpus(self) -> list[GpuSpec]:
+        return [g for gpus in self.nodes.values() for g in gpus]
+
+    def namespace(self, name: str, t_ms: int) -> NamespacePlan | None:
+        alive = [n for n in self.namespaces if n.name == name and n.created_ms <= t_ms
+                 and (n.deleted_ms is None or t_ms < n.deleted_ms)]
+        return alive[-1] if alive else None
+
+
+def _watch_events(plan: ClusterPlan) -> list[tuple[int, int, str, dict]]:
+    """(time, order, type, object) for namespaces and pods; resourceVersions increase with time."""
+    events: list[tuple[int, int, str, dict]] = []
+    for ns in plan.namespaces:
+        for i, (start, tenant) in enumerate(ns.owners):
+            kind = "ADDED" if i == 0 else "MODIFIED"
+            t = max(start, plan.start_ms) if i == 0 else start
+            events.append((t, 0, kind, namespace_object(ns.name, ns.uid, ns.created_ms, tenant)))
+        if ns.deleted_ms is not None:
+            last = ns.owners[-1][1]
+            events.append((ns.deleted_ms, 2, "DELETED", namespace_object(ns.name, ns.uid, ns.created_ms, last)))
+    for p in plan.pods:
+        created = p.start_ms - 5_000
+        shown = max(created, plan.start_ms)
+        events.append((shown, 1, "ADDED", pod_object(p.namespace, p.name, p.uid, p.node, created, len(p.gpus), "Pending")))
+        events.append((max(p.start_ms, plan.start_ms), 1, "MODIFIED",
+                       pod_object(p.namespace, p.name, p.uid, p.node, created, len(p.gpus), "Running")))
+        if p.end_ms <= plan.end_ms:
+            events.append((p.end_ms, 1, "DELETED",
+                           pod_object(p.namespace, p.name, p.uid, p.node, created, len(p.gpus), "Succeeded")))
+    events.sort(key=lambda e: (e[0], e[1]))
+    return events
+
+
+def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None] = lambda _: None) -> Path:
+    w = CaptureWriter(root, plan.cluster_id)
+    w.inventory(plan.all_gpus(), plan.start_ms, [
+        {"gpu_uuid": g, "from": format_rfc3339(a), "to": format_rfc3339(b), "reason": r}
+        for g, a, b, r in plan.unavailable])
+    rv = 1000
+    bookmarks = range(plan.start_ms, plan.end_ms + 1, plan.bookmark_every_ms)
+    merged = sorted([(t, 0, k, o) for t, _, k, o in _watch_events(plan)] + [(t, 1, "BOOKMARK", None) for t in bookmarks],
+                    key=lambda e: (e[0], e[1]))
+    for t, _, kind, obj in merged:
+        rv += 1
+        if kind == "BOOKMARK":
+            w.bookmark(t, rv)
+        else:
+            obj["metadata"]["resourceVersion"] = str(rv)
+            w.watch(t, kind, obj)
+    progress(f"generate: {len(merged)} watch events")
+
+    by_node = {node: [p for p in plan.pods if p.node == node] for node in plan.nodes}
+    for t in range(plan.start_ms, plan.end_ms + 1, plan.snapshot_every_ms):
+        for node, gpus in plan.nodes.items():
+            holders = {}
+            for p in by_node[node]:
+                if p.start_ms <= t < p.end_ms:
+                    holders[(p.namespace, p.name)] = [gpus[i].uuid for i in p.gpus]
+            w.snapshot(t, node, holders)
+    progress("generate: PodResources snapshots written")
+
+    total = (plan.end_ms - plan.start_ms) // plan.scrape_every_ms
+    for step, t in enumerate(range(plan.start_ms, plan.end_ms, plan.scrape_every_ms)):
+        if step % 2000 == 0:
+            progress(f"generate: dcgm scrapes {100 * step / max(total, 1):.0f}%")
+        for node, gpus in plan.nodes.items():
+            readings = []
+            for g in gpus:
+                if any(u == g.uuid and a <= t < b for u, a, b in plan.telemetry_gaps):
+                    continue
+                pod = next((p for p in by_node[node] if g.index in p.gpus and p.start_ms <= t < p.end_ms), None)
+                if pod is None:
+                    readings.append((g, 0.0, {}))
+                else:
+                    readings.append((g, pod.sm_at(g.index, t), {"namespace": pod.namespace, "pod": pod.name}))
+            w.scrape(t, node, readings)
+    w.close()
+    progress(f"generate: capture written to {root}")
+    return root

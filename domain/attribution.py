@@ -1,0 +1,318 @@
+"""The as-of join: PodResources snapshots + watch ownership + inventory -> capacity facts;
+DCGM samples -> utilization facts attributed to the capacity fact covering their event time.
+
+A node's consecutive snapshots at ``t_i`` and ``t_i+1`` make a segment ``[t_i, t_i+1)`` held
+by whoever snapshot ``i`` named; a device present in one snapshot and absent in the next
+ends its interval there. A segment is final once the watch stream's watermark has passed
+its end (so pod and namespace versions inside it are known). Samples wait for the segment
+that covers them, so a snapshot arriving after the samples it explains still attributes
+them. A node silent for longer than ``node_grace_ms`` behind the PodResources watermark
+leaves its samples unattributed with that reason; consecutive snapshots further apart than
+the grace are a gap in evidence, never counted as anybody's allocation.
+
+All times are epoch ms; all intervals half-open. The caller feeds records and watermarks;
+nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from gpuledger.domain.dcgm import DeviceSample, parse_exposition
+from gpuledger.domain.facts import CapacityFact, SourcePos, UtilizationFact, fact_id
+from gpuledger.domain.inventory import Inventory, parse_inventory
+from gpuledger.domain.k8s import OwnershipBook
+from gpuledger.domain.podresources import device_holders
+
+__all__ = ["Attributor", "Counters"]
+
+NEG_INF = -(2**62)
+_Holders = dict[str, tuple[str, str, str, str]]  # device id -> (namespace, pod, container, resource)
+
+
+@dataclass
+class Piece:
+    """A finalized capacity fact, kept for sample lookups."""
+
+    start_ms: int
+    end_ms: int
+    fact_id: str
+    kind: str
+    tenant_id: str
+    project_id: str
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    confidence: str
+    reason: str
+
+
+@dataclass
+class NodeState:
+    last_ms: int | None = None
+    last_holders: _Holders = field(default_factory=dict)
+    last_pos: tuple = ("", 0, 0)
+    pending_segments: list = field(default_factory=list)  # [start, end, holders, pos]
+    final_until_ms: int = NEG_INF
+    first_snapshot_ms: int | None = None
+    gaps: list = field(default_factory=list)  # [start, end] without evidence
+    pieces: dict = field(default_factory=dict)  # gpu uuid -> list[Piece] sorted by start
+    pending_scrapes: list = field(default_factory=list)  # [t, [[uuid, sm, fb, w, j]...], pos]
+    dcgm_wm_ms: int = NEG_INF  # latest scrape time applied (a node's scrapes arrive in order)
+
+
+@dataclass
+class Counters:
+    watch_events: int = 0
+    snapshots: int = 0
+    stale_snapshots: int = 0
+    scrapes: int = 0
+    samples: int = 0
+    samples_attributed: int = 0
+    samples_unattributed: int = 0
+    capacity_facts: int = 0
+
+
+class Attributor:
+    """Folds source records into ownership and emits deterministic facts."""
+
+    def __init__(self, cluster_id: str, sample_span_ms: int, node_grace_ms: int) -> None:
+        self.cluster_id = cluster_id
+        self.sample_span_ms = sample_span_ms
+        self.node_grace_ms = node_grace_ms
+        self.book = OwnershipBook()
+        self.inventory: Inventory | None = None
+        self.inventory_doc: dict | None = None
+        self.nodes: dict[str, NodeState] = {}
+        self.k8s_watermark_ms = NEG_INF
+        self.pr_watermark_ms = NEG_INF
+        self.counters = Counters()
+        self._capacity_out: list[CapacityFact] = []
+        self._util_out: list[UtilizationFact] = []
+
+    # -- inputs ------------------------------------------------------------------
+    def apply_inventory(self, doc: dict) -> None:
+        self.inventory = parse_inventory(doc)
+        self.inventory_doc = doc
+
+    def apply_watch(self, event_type: str, obj: dict, observed_at_ms: int) -> str:
+        self.counters.watch_events += 1
+        return self.book.apply(event_type, obj, observed_at_ms)
+
+    def apply_podresources(self, node: str, response: dict, observed_at_ms: int, pos: SourcePos) -> None:
+        holders = {d: (h.namespace, h.pod, h.container, h.resource)
+                   for d, h in device_holders(response).items()}
+        st = self.nodes.setdefault(node, NodeState())
+        if st.last_ms is not None and observed_at_ms <= st.last_ms:
+            self.counters.stale_snapshots += 1
+            return
+        self.counters.snapshots += 1
+        if st.last_ms is not None:
+            st.pending_segments.append([st.last_ms, observed_at_ms, st.last_holders, list(st.last_pos)])
+        else:
+            st.first_snapshot_ms = observed_at_ms
+            st.final_until_ms = observed_at_ms
+        st.last_ms, st.last_holders, st.last_pos = observed_at_ms, holders, (pos.topic, pos.partition, pos.offset)
+
+    def apply_dcgm(self, node: str, exposition: str, observed_at_ms: int, pos: SourcePos) -> dict[str, int]:
+        """Parse a scrape and queue its samples; returns series skipped, by reason."""
+        parsed = parse_exposition(exposition)
+        st = self.nodes.setdefault(node, NodeState())
+        rows = [[s.gpu_uuid, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j] for s in parsed.samples]
+        st.pending_scrapes.append([observed_at_ms, rows, [pos.topic, pos.partition, pos.offset]])
+        st.dcgm_wm_ms = max(st.dcgm_wm_ms, observed_at_ms)
+        self.counters.scrapes += 1
+        self.counters.samples += len(rows)
+        return parsed.skipped
+
+    def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int) -> None:
+        """Move the watermarks forward (never back) and emit whatever became final."""
+        self.k8s_watermark_ms = max(self.k8s_watermark_ms, k8s_watermark_ms)
+        self.pr_watermark_ms = max(self.pr_watermark_ms, podresources_watermark_ms)
+        for node in sorted(self.nodes):
+            st = self.nodes[node]
+            self._finalize_segments(node, st)
+            self._attribute_samples(node, st)
+
+    def drain(self) -> tuple[list[CapacityFact], list[UtilizationFact]]:
+        cap, util = self._capacity_out, self._util_out
+        self._capacity_out, self._util_out = [], []
+        return cap, util
+
+    def pending_samples(self) -> int:
+        return sum(len(r[1]) for st in self.nodes.values() for r in st.pending_scrapes)
+
+    # -- capacity ------------------------------------------------------------------
+    def _finalize_segments(self, node: str, st: NodeState) -> None:
+        if self.inventory is None:
+            return
+        while st.pending_segments and st.pending_segments[0][1] <= self.k8s_watermark_ms:
+            start, end, holders, pos = st.pending_segments.pop(0)
+            if end - start > self.node_grace_ms:
+                st.gaps.append([start, end])
+            else:
+                self._emit_segment(node, st, start, end, holders, SourcePos(*pos))
+            st.final_until_ms = end
+
+    def _emit_segment(self, node: str, st: NodeState, start: int, end: int, holders: _Holders, pos: SourcePos) -> None:
+        inv = self.inventory
+        assert inv is not None
+        gpus = {g.gpu_uuid: g for g in inv.gpus_on(node, start) if g.mode == "exclusive"}
+        devices = sorted(set(gpus) | {d for d in holders if d.startswith("GPU-") and "::" not in d})
+        for dev in devices:
+            gpu = gpus.get(dev)
+            holder = holders.get(dev)
+            cuts = {start, end}
+            unavail = inv.unavailable_windows(dev, start, end) if gpu else []
+            for u in unavail:
+                cuts.update(t for t in (u.from_ms, u.to_ms) if start < t < end)
+            pod = self.book.pod_at(holder[0], holder[1], start) if holder else None
+            if pod is not None:
+                if pod.end_ms is not None and start < pod.end_ms < end:
+                    cuts.add(pod.end_ms)
+                cuts.update(self.book.namespace_changes(pod.namespace, start, end))
+            bounds = sorted(cuts)
+            for a, b in zip(bounds, bounds[1:]):
+                window = next((u for u in unavail if u.from_ms <= a < u.to_ms), None)
+                self._emit_piece(node, st, dev, gpu, a, b, holder, pod, window, pos)
+
+    def _emit_piece(self, node, st, dev, gpu, a, b, holder, pod, window, pos: SourcePos) -> None:
+        owner = {"tenant_id": "", "project_id": "", "cost_center": "", "namespace": "", "namespace_uid": "",
+                 "pod_name": "", "pod_uid": "", "container": "", "endpoint_id": ""}
+        if window is not None:
+            kind, confidence, reason = "unavailable", "", window.reason or "unavailable"
+        elif holder is None or (pod is not None and pod.end_ms is not None and pod.end_ms <= a):
+            kind, confidence, reason = "unallocated", "", "" if holder is None else "holding pod had ended"
+        else:
+            kind = "allocated"
+            owner.update(namespace=holder[0], pod_name=holder[1], container=holder[2])
+            if gpu is None:
+                confidence, reason = "unattributed", f"device {dev} is not in the inventory"
+            elif pod is None:
+                confidence, reason = "unattributed", f"no pod {holder[0]}/{holder[1]} known at the snapshot time"
+            else:
+                owner.update(pod_uid=pod.uid, endpoint_id=pod.endpoint_id)
+                ns = self.book.namespace_at(pod.namespace, a)
+                if ns is None:
+                    confidence, reason = "unattributed", f"namespace {pod.namespace} unknown at that time"
+                elif not ns.tenant_id:
+                    owner["namespace_uid"] = ns.uid
+                    confidence, reason = "unattributed", f"namespace {pod.namespace} has no gpuledger.io/tenant label"
+                else:
+                    owner.update(namespace_uid=ns.uid, tenant_id=ns.tenant_id, project_id=ns.project_id,
+                                 cost_center=ns.cost_center)
+                    confidence, reason = "high", ""
+        fid = fact_id("capacity", self.cluster_id, dev, a, b, kind, owner["pod_uid"], owner["namespace_uid"])
+        fact = CapacityFact(
+            fact_id=fid, cluster_id=self.cluster_id, kind=kind, gpu_uuid=dev, node=node,
+            gpu_class=gpu.gpu_class if gpu else "unknown", mode=gpu.mode if gpu else "exclusive",
+            capacity_fraction=1.0, valid_from_ms=a, valid_to_ms=b, confidence=confidence, reason=reason,
+            src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset, **owner)
+        self._capacity_out.append(fact)
+        self.counters.capacity_facts += 1
+        st.pieces.setdefault(dev, []).append(Piece(a, b, fid, kind, owner["tenant_id"], owner["project_id"],
+                                                   owner["namespace"], owner["pod_name"], owner["pod_uid"],
+                                                   confidence, reason))
+
+    # -- utilization ---------------------------------------------------------------
+    def _attribute_samples(self, node: str, st: NodeState) -> None:
+        keep = []
+        for scrape in st.pending_scrapes:
+            t = scrape[0]
+            if st.first_snapshot_ms is not None and t < st.final_until_ms:
+                reason = "" if t >= st.first_snapshot_ms else f"before the first PodResources snapshot of {node}"
+            elif t + self.node_grace_ms <= self.pr_watermark_ms and (st.last_ms is None or t >= st.last_ms):
+                reason = f"no PodResources snapshot of {node} within {self.node_grace_ms // 1000}s grace"
+            else:
+                keep.append(scrape)
+                continue
+            for row in scrape[1]:
+                self._emit_sample(node, st, t, DeviceSample(*row), SourcePos(*scrape[2]), reason)
+        st.pending_scrapes = keep
+        self._prune(st)
+
+    def _emit_sample(self, node: str, st: NodeState, t: int, s: DeviceSample, pos: SourcePos, reason: str) -> None:
+        piece = None if reason else _lookup(st.pieces.get(s.gpu_uuid, ()), t)
+        if piece is None and not reason:
+            inside_gap = any(a <= t < b for a, b in st.gaps)
+            reason = ("no PodResources evidence (snapshot gap)" if inside_gap
+                      else f"GPU {s.gpu_uuid} has no capacity fact on {node} (not in the inventory as exclusive)")
+        if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
+            confidence, kind = piece.confidence, "allocated"
+            self.counters.samples_attributed += 1
+        else:
+            kind = piece.kind if piece else "unknown"
+            confidence = "unattributed"
+            if piece is not None:
+                reason = piece.reason or f"device {piece.kind}"
+            self.counters.samples_unattributed += 1
+        self._util_out.append(UtilizationFact(
+            fact_id=fact_id("utilization", self.cluster_id, s.gpu_uuid, t),
+            cluster_id=self.cluster_id, gpu_uuid=s.gpu_uuid, node=node, observed_at_ms=t, span_ms=self.sample_span_ms,
+            sm_active_ratio=s.sm_active_ratio, fb_used_bytes=s.fb_used_bytes, power_w=s.power_w, energy_j=s.energy_j,
+            capacity_fact_id=piece.fact_id if piece else "", kind=kind,
+            tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
+            namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
+            pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=reason,
+            src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset))
+
+    def _prune(self, st: NodeState) -> None:
+        """Forget pieces no sample can still need: a node's scrapes arrive in order, so pieces
+        ending a grace period before the oldest scrape still to come are done with."""
+        oldest = min((s[0] for s in st.pending_scrapes), default=st.dcgm_wm_ms)
+        horizon = min(oldest, st.dcgm_wm_ms) - self.node_grace_ms
+        for dev, pieces in st.pieces.items():
+            drop = 0
+            while drop < len(pieces) and pieces[drop].end_ms < horizon:
+                drop += 1
+            if drop:
+                del pieces[:drop]
+        st.gaps = [g for g in st.gaps if g[1] >= horizon]
+
+    # -- checkpoint state ------------------------------------------------------------
+    def to_state(self) -> dict:
+        return {
+            "cluster_id": self.cluster_id,
+            "book": self.book.to_state(),
+            "inventory": self.inventory_doc,
+            "k8s_wm": self.k8s_watermark_ms,
+            "pr_wm": self.pr_watermark_ms,
+            "counters": vars(self.counters),
+            "nodes": {n: {
+                "last_ms": s.last_ms, "last_holders": s.last_holders, "last_pos": list(s.last_pos),
+                "pending_segments": s.pending_segments, "final_until_ms": s.final_until_ms,
+                "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps,
+                "pieces": {d: [vars(p) for p in ps] for d, ps in s.pieces.items()},
+                "pending_scrapes": s.pending_scrapes, "dcgm_wm_ms": s.dcgm_wm_ms,
+            } for n, s in self.nodes.items()},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict, sample_span_ms: int, node_grace_ms: int) -> Attributor:
+        att = cls(state["cluster_id"], sample_span_ms, node_grace_ms)
+        att.book = OwnershipBook.from_state(state["book"])
+        if state.get("inventory") is not None:
+            att.apply_inventory(state["inventory"])
+        att.k8s_watermark_ms, att.pr_watermark_ms = state["k8s_wm"], state["pr_wm"]
+        att.counters = Counters(**state["counters"])
+        for n, s in state["nodes"].items():
+            att.nodes[n] = NodeState(
+                last_ms=s["last_ms"], last_holders={k: tuple(v) for k, v in s["last_holders"].items()},
+                last_pos=tuple(s["last_pos"]),
+                pending_segments=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s["pending_segments"]],
+                final_until_ms=s["final_until_ms"], first_snapshot_ms=s["first_snapshot_ms"], gaps=s["gaps"],
+                pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},
+                pending_scrapes=s["pending_scrapes"], dcgm_wm_ms=s["dcgm_wm_ms"])
+        return att
+
+
+def _lookup(pieces, t: int) -> Piece | None:
+    i = bisect.bisect_right(pieces, t, key=_start) - 1
+    if i >= 0 and pieces[i].start_ms <= t < pieces[i].end_ms:
+        return pieces[i]
+    return None
+
+
+def _start(piece: Piece) -> int:
+    return piece.start_ms

@@ -1,0 +1,118 @@
+"""dcgm-exporter ``/metrics`` (Prometheus text) -> per-GPU device samples.
+
+Units normalized here, once: framebuffer MiB -> bytes, energy mJ -> J, ``*_UTIL`` percent
+-> ratio. DCGM's "not supported" sentinels (~9.22e18 and friends) and NaN are dropped.
+MIG-instance series (``GPU_I_ID``) are reported as skipped: they belong to a MIG device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["DcgmParse", "DeviceSample", "parse_exposition"]
+
+_SENTINEL_MIN = 9.0e15  # DCGM blank values start at 0x7ff... (int64) and 2^53-ish for fp64
+_FIELDS = {
+    "DCGM_FI_PROF_SM_ACTIVE": "sm_active",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_active",
+    "DCGM_FI_DEV_GPU_UTIL": "gpu_util_pct",
+    "DCGM_FI_DEV_FB_USED": "fb_used_mib",
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "energy_mj",
+}
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    gpu_uuid: str
+    sm_active_ratio: float | None
+    fb_used_bytes: int | None
+    power_w: float | None
+    energy_j: float | None
+
+
+@dataclass(frozen=True)
+class DcgmParse:
+    samples: list[DeviceSample]
+    series_parsed: int
+    skipped: dict[str, int]  # reason -> series count
+
+
+_label_cache: dict[str, dict[str, str]] = {}
+_LABEL_CACHE_MAX = 200_000
+
+
+def _labels(name: str, label_text: str) -> dict[str, str]:
+    """Label set of one series, parsed by prometheus_client's text parser once per distinct
+    label text (series repeat verbatim scrape after scrape, so the cache keeps this cheap)."""
+    labels = _label_cache.get(label_text)
+    if labels is None:
+        families = list(text_string_to_metric_families(f"{name}{label_text} 0\n"))
+        labels = dict(families[0].samples[0].labels)
+        if len(_label_cache) >= _LABEL_CACHE_MAX:
+            _label_cache.clear()
+        _label_cache[label_text] = labels
+    return labels
+
+
+def _series(text: str):
+    """(name, labels, value) for each sample line of the families we read."""
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        brace = line.find("{")
+        if brace >= 0:
+            name = line[:brace]
+            if name not in _FIELDS:
+                continue
+            close = line.rfind("}")
+            if close < brace:
+                raise ValueError(f"unterminated label set: {line[:120]!r}")
+            label_text, rest = line[brace:close + 1], line[close + 1:]
+        else:
+            name, _, rest = line.partition(" ")
+            if name not in _FIELDS:
+                continue
+            label_text = "{}"
+        parts = rest.split()
+        if not parts:
+            raise ValueError(f"sample without a value: {line[:120]!r}")
+        yield name, _labels(name, label_text), float(parts[0])
+
+
+def parse_exposition(text: str) -> DcgmParse:
+    """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
+    per_gpu: dict[str, dict[str, float]] = {}
+    skipped: dict[str, int] = {}
+    parsed = 0
+    for name, labels, value in _series(text):
+        field = _FIELDS[name]
+        uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
+        if not uuid:
+            skipped["no UUID label"] = skipped.get("no UUID label", 0) + 1
+            continue
+        if "GPU_I_ID" in labels:
+            skipped["MIG instance series"] = skipped.get("MIG instance series", 0) + 1
+            continue
+        if math.isnan(value) or abs(value) >= _SENTINEL_MIN:
+            skipped["DCGM blank sentinel"] = skipped.get("DCGM blank sentinel", 0) + 1
+            continue
+        per_gpu.setdefault(uuid, {})[field] = value
+        parsed += 1
+    samples = []
+    for uuid in sorted(per_gpu):
+        f = per_gpu[uuid]
+        ratio = f.get("sm_active", f.get("gr_active"))
+        if ratio is None and "gpu_util_pct" in f:
+            ratio = f["gpu_util_pct"] / 100.0
+        samples.append(DeviceSample(
+            gpu_uuid=uuid,
+            sm_active_ratio=None if ratio is None else min(max(ratio, 0.0), 1.0),
+            fb_used_bytes=None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
+            power_w=f.get("power_w"),
+            energy_j=None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
+        ))
+    return DcgmParse(samples, parsed, skipped)

@@ -1,0 +1,94 @@
+"""Facts: the attributed output. Each carries a deterministic ``fact_id`` (a hash of the
+identities and event-time bounds it was derived from) so reprocessing yields the same ids
+and the store deduplicates them, plus the source position it came from."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+
+from gpuledger.domain.timeutil import MS_PER_HOUR
+
+__all__ = ["CONFIDENCES", "KINDS", "CapacityFact", "SourcePos", "UtilizationFact", "fact_id"]
+
+KINDS = ("allocated", "unallocated", "unavailable")
+CONFIDENCES = ("high", "medium", "modeled", "unattributed", "")
+
+
+@dataclass(frozen=True)
+class SourcePos:
+    topic: str
+    partition: int
+    offset: int
+
+
+def fact_id(*parts: object) -> str:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class CapacityFact:
+    """One GPU's capacity over ``[valid_from_ms, valid_to_ms)``: who held it, or why nobody."""
+
+    fact_id: str
+    cluster_id: str
+    kind: str
+    gpu_uuid: str
+    node: str
+    gpu_class: str
+    mode: str
+    capacity_fraction: float
+    valid_from_ms: int
+    valid_to_ms: int
+    tenant_id: str
+    project_id: str
+    cost_center: str
+    namespace: str
+    namespace_uid: str
+    pod_name: str
+    pod_uid: str
+    container: str
+    endpoint_id: str
+    confidence: str
+    reason: str
+    src_topic: str
+    src_partition: int
+    src_offset: int
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.capacity_fraction * (self.valid_to_ms - self.valid_from_ms) / MS_PER_HOUR
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class UtilizationFact:
+    """One DCGM device sample, attributed as of its event time to the capacity fact covering it."""
+
+    fact_id: str
+    cluster_id: str
+    gpu_uuid: str
+    node: str
+    observed_at_ms: int
+    span_ms: int
+    sm_active_ratio: float | None
+    fb_used_bytes: int | None
+    power_w: float | None
+    energy_j: float | None
+    capacity_fact_id: str
+    kind: str
+    tenant_id: str
+    project_id: str
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    confidence: str
+    reason: str
+    src_topic: str
+    src_partition: int
+    src_offset: int
+
+    def row(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,116 @@
+"""Assemble the ``gpuledger-showback/1`` document from query rows (pure).
+
+Measurements stay apart: allocation (capacity facts), utilization (samples over covered
+time). Terms that need quotas, rate cards or request events are ``null`` until those
+inputs are processed, never a made-up zero.
+"""
+
+from __future__ import annotations
+
+from gpuledger.domain.timeutil import format_rfc3339
+
+__all__ = ["build_showback", "render_csv", "render_table"]
+
+MODES = ("exclusive", "mig", "timeslice", "vgpu")
+
+
+def build_showback(rows: dict, tenant: str | None = None) -> dict:
+    tenants: dict[str, dict] = {}
+
+    def entry(tid: str) -> dict:
+        if tid not in tenants:
+            tenants[tid] = {
+                "tenant_id": tid, "allocated_gpu_hours": 0.0, "allocated_by_mode": dict.fromkeys(MODES, 0.0),
+                "guaranteed_gpu_hours": None, "borrowed_gpu_hours": None,
+                "active_gpu_hours": 0.0, "idle_allocated_gpu_hours": 0.0, "telemetry_coverage": 0.0,
+                "covered_gpu_hours": 0.0, "service_share_gpu_hours": None,
+                "requests": None, "successful_requests": None, "input_tokens": None, "output_tokens": None,
+                "confidence_gpu_hours": {"high": 0.0, "medium": 0.0, "modeled": 0.0},
+                "cost": None,
+            }
+        return tenants[tid]
+
+    for tid, mode, confidence, hours in rows["tenant_capacity"]:
+        e = entry(tid)
+        e["allocated_gpu_hours"] += hours
+        e["allocated_by_mode"][mode] = e["allocated_by_mode"].get(mode, 0.0) + hours
+        if confidence in e["confidence_gpu_hours"]:
+            e["confidence_gpu_hours"][confidence] += hours
+    for tid, covered, active in rows["tenant_utilization"]:
+        e = entry(tid)
+        e["covered_gpu_hours"] = covered
+        e["active_gpu_hours"] = active
+        e["idle_allocated_gpu_hours"] = max(0.0, covered - active)
+    for e in tenants.values():
+        e["telemetry_coverage"] = e["covered_gpu_hours"] / e["allocated_gpu_hours"] if e["allocated_gpu_hours"] else 0.0
+
+    by_kind = {"allocated": 0.0, "unallocated": 0.0, "unavailable": 0.0}
+    unattributed = 0.0
+    for kind, is_unattributed, hours in rows["platform_capacity"]:
+        by_kind[kind] = by_kind.get(kind, 0.0) + hours
+        if kind == "allocated" and is_unattributed:
+            unattributed += hours
+    physical = float(rows["physical"][0][0] or 0.0) if rows["physical"] else 0.0
+    platform = {
+        "physical_gpu_hours": physical,
+        "allocated_gpu_hours": by_kind["allocated"],
+        "unallocated_gpu_hours": by_kind["unallocated"],
+        "unavailable_gpu_hours": by_kind["unavailable"],
+        "unattributed_gpu_hours": unattributed,
+        # rounded to 1e-9 h (3.6 us): sums of float hours carry that much noise, no more
+        "difference_gpu_hours": round(physical - by_kind["allocated"] - by_kind["unallocated"]
+                                      - by_kind["unavailable"], 9) + 0.0,
+        "unattributed_samples": {reason: n for reason, n in rows["unattributed_samples"]},
+    }
+    listed = sorted(tenants.values(), key=lambda e: e["tenant_id"])
+    if tenant is not None:
+        listed = [e for e in listed if e["tenant_id"] == tenant]
+    return {
+        "format": "gpuledger-showback/1",
+        "period": {"from": format_rfc3339(rows["from_ms"]), "to": format_rfc3339(rows["to_ms"])},
+        "as_of": format_rfc3339(rows["as_of_ms"]),
+        "provisional": True,
+        "ratecard_version": None,
+        "tenants": listed,
+        "endpoints": [],
+        "platform": platform,
+    }
+
+
+_COLUMNS = [("tenant", "tenant_id", "{}"), ("allocated_h", "allocated_gpu_hours", "{:.3f}"),
+            ("active_h", "active_gpu_hours", "{:.3f}"), ("idle_h", "idle_allocated_gpu_hours", "{:.3f}"),
+            ("coverage", "telemetry_coverage", "{:.1%}"), ("high_conf_h", None, "{:.3f}")]
+
+
+def _cells(e: dict) -> list[str]:
+    out = []
+    for _, key, fmt in _COLUMNS:
+        value = e["confidence_gpu_hours"]["high"] if key is None else e[key]
+        out.append(fmt.format(value))
+    return out
+
+
+def render_table(doc: dict) -> str:
+    header = [c[0] for c in _COLUMNS]
+    body = [_cells(e) for e in doc["tenants"]]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    out = [f"showback {doc['period']['from']} .. {doc['period']['to']} (evidence to {doc['as_of']}, provisional)",
+           line(header), line(["-" * w for w in widths]), *map(line, body)]
+    p = doc["platform"]
+    out.append("")
+    out.append("platform GPU-hours: physical {physical_gpu_hours:.3f} = allocated {allocated_gpu_hours:.3f} "
+               "+ unallocated {unallocated_gpu_hours:.3f} + unavailable {unavailable_gpu_hours:.3f} "
+               "+ difference {difference_gpu_hours:.3f}; unattributed {unattributed_gpu_hours:.3f}".format(**p))
+    for reason, n in p["unattributed_samples"].items():
+        out.append(f"unattributed samples: {n} ({reason})")
+    return "\n".join(out)
+
+
+def render_csv(doc: dict) -> str:
+    rows = [",".join(c[0] for c in _COLUMNS)]
+    for e in doc["tenants"]:
+        rows.append(",".join([e["tenant_id"], *(f"{v}" for v in (
+            e["allocated_gpu_hours"], e["active_gpu_hours"], e["idle_allocated_gpu_hours"],
+            e["telemetry_coverage"], e["confidence_gpu_hours"]["high"]))]))
+    return "\n".join(rows) + "\n"

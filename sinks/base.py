@@ -1,0 +1,63 @@
+"""The fact-store port: where the processor writes facts and its checkpoints, and where
+reports read them.
+
+Delivery guarantee, as implemented by the processor (streams/processor.py):
+  1. write the batch's facts (idempotent: deterministic fact ids, deduplicating store);
+  2. write the checkpoint (state + the source offsets it reflects);
+  3. only then may Kafka offsets be committed.
+A crash between any two steps replays from the last checkpoint and rewrites the same facts.
+``ClickHouseStore`` is the real adapter; ``MemoryStore`` its in-memory twin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.domain.inventory import Inventory
+
+__all__ = ["Checkpoint", "FactStore", "MemoryStore", "StoreError"]
+
+
+class StoreError(RuntimeError):
+    """The store could not be reached or refused a write (transient: retry)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    seq: int
+    offsets: dict[str, int]  # "topic:partition" -> next offset to read
+    state: dict
+
+
+class FactStore(Protocol):
+    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact]) -> None: ...
+    def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None: ...
+    def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None: ...
+    def load_checkpoint(self, processor: str) -> Checkpoint | None: ...
+
+
+@dataclass
+class MemoryStore:
+    """Facts in dicts keyed by fact id (so a rewrite is a no-op, as in the real store)."""
+
+    capacity: dict[str, CapacityFact] = field(default_factory=dict)
+    utilization: dict[str, UtilizationFact] = field(default_factory=dict)
+    inventory: dict[str, Inventory] = field(default_factory=dict)
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+
+    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact]) -> None:
+        self.capacity.update((f.fact_id, f) for f in capacity)
+        self.utilization.update((f.fact_id, f) for f in utilization)
+
+    def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None:
+        self.inventory[cluster_id] = inventory
+
+    def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None:
+        current = self.checkpoints.get(processor)
+        if current is None or checkpoint.seq > current.seq:
+            self.checkpoints[processor] = checkpoint
+
+    def load_checkpoint(self, processor: str) -> Checkpoint | None:
+        return self.checkpoints.get(processor)

@@ -1,0 +1,66 @@
+"""ClickHouse DDL as tested values: each function returns the statement for a database.
+
+Every fact table is a ReplacingMergeTree whose sorting key ends in ``fact_id`` (the
+deterministic id), so a fact written twice (a batch replayed after a crash) collapses to
+one row; queries read with FINAL. Tables are partitioned by the month of event time so a
+rebuilt month can replace its partition whole.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CAPACITY_COLUMNS", "UTILIZATION_COLUMNS", "ddl_statements"]
+
+CAPACITY_COLUMNS = [
+    "fact_id", "cluster_id", "kind", "gpu_uuid", "node", "gpu_class", "mode", "capacity_fraction",
+    "valid_from_ms", "valid_to_ms", "tenant_id", "project_id", "cost_center", "namespace", "namespace_uid",
+    "pod_name", "pod_uid", "container", "endpoint_id", "confidence", "reason", "src_topic", "src_partition",
+    "src_offset",
+]
+UTILIZATION_COLUMNS = [
+    "fact_id", "cluster_id", "gpu_uuid", "node", "observed_at_ms", "span_ms", "sm_active_ratio", "fb_used_bytes",
+    "power_w", "energy_j", "capacity_fact_id", "kind", "tenant_id", "project_id", "namespace", "pod_name",
+    "pod_uid", "confidence", "reason", "src_topic", "src_partition", "src_offset",
+]
+
+
+def ddl_statements(db: str) -> list[str]:
+    return [
+        f"CREATE DATABASE IF NOT EXISTS {db}",
+        # ORDER BY (cluster, time, fact_id): time-range scans for showback; fact_id last makes
+        # the dedup key; valid_from is a function of fact_id so a fact never changes partition.
+        f"""CREATE TABLE IF NOT EXISTS {db}.capacity_facts (
+            fact_id String, cluster_id LowCardinality(String), kind LowCardinality(String),
+            gpu_uuid String, node LowCardinality(String), gpu_class LowCardinality(String),
+            mode LowCardinality(String), capacity_fraction Float64,
+            valid_from_ms Int64, valid_to_ms Int64,
+            tenant_id LowCardinality(String), project_id LowCardinality(String), cost_center LowCardinality(String),
+            namespace String, namespace_uid String, pod_name String, pod_uid String, container String,
+            endpoint_id String, confidence LowCardinality(String), reason String,
+            src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
+            valid_from DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(valid_from_ms, 'UTC'),
+            valid_to DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(valid_to_ms, 'UTC'),
+            gpu_hours Float64 MATERIALIZED capacity_fraction * (valid_to_ms - valid_from_ms) / 3600000
+        ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(valid_from) ORDER BY (cluster_id, valid_from, fact_id)""",
+        f"""CREATE TABLE IF NOT EXISTS {db}.utilization_facts (
+            fact_id String, cluster_id LowCardinality(String), gpu_uuid String, node LowCardinality(String),
+            observed_at_ms Int64, span_ms Int64, sm_active_ratio Nullable(Float64), fb_used_bytes Nullable(Int64),
+            power_w Nullable(Float64), energy_j Nullable(Float64), capacity_fact_id String, kind LowCardinality(String),
+            tenant_id LowCardinality(String), project_id LowCardinality(String), namespace String, pod_name String,
+            pod_uid String, confidence LowCardinality(String), reason String,
+            src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
+            observed_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(observed_at_ms, 'UTC')
+        ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(observed_at) ORDER BY (cluster_id, observed_at, fact_id)""",
+        # The approved inventory as of the latest document (physical capacity comes from here).
+        f"""CREATE TABLE IF NOT EXISTS {db}.inventory_gpus (
+            cluster_id LowCardinality(String), gpu_uuid String, node String, model String, gpu_class String,
+            mode String, valid_from_ms Int64, valid_to_ms Nullable(Int64), document_ms Int64
+        ) ENGINE = ReplacingMergeTree(document_ms) ORDER BY (cluster_id, gpu_uuid, valid_from_ms)""",
+        f"""CREATE TABLE IF NOT EXISTS {db}.inventory_unavailable (
+            cluster_id LowCardinality(String), gpu_uuid String, from_ms Int64, to_ms Int64, reason String,
+            document_ms Int64
+        ) ENGINE = ReplacingMergeTree(document_ms) ORDER BY (cluster_id, gpu_uuid, from_ms)""",
+        # Processor checkpoints: state + the offsets it reflects, written after the facts.
+        f"""CREATE TABLE IF NOT EXISTS {db}.processor_checkpoints (
+            processor String, seq UInt64, offsets String, state String
+        ) ENGINE = ReplacingMergeTree(seq) ORDER BY processor""",
+    ]

@@ -1,0 +1,76 @@
+"""Showback queries (SQL as tested values). Windows are half-open ``[from_ms, to_ms)``;
+every interval is clipped to the window; facts are read FINAL (deduplicated)."""
+
+from __future__ import annotations
+
+from gpuledger.sinks.query import QueryPort
+
+__all__ = ["ShowbackRows", "read_showback_rows"]
+
+_CLIP = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
+_IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
+
+
+def evidence_end_sql(db: str) -> str:
+    return f"SELECT max(valid_to_ms) FROM {db}.capacity_facts"
+
+
+def tenant_capacity_sql(db: str) -> str:
+    return f"""SELECT tenant_id, mode, confidence, sum({_CLIP}) / 3600000 AS gpu_hours
+        FROM {db}.capacity_facts FINAL
+        WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}
+        GROUP BY tenant_id, mode, confidence ORDER BY tenant_id, mode, confidence"""
+
+
+def tenant_utilization_sql(db: str) -> str:
+    # Per capacity fact: covered time = min(sample spans, fact duration); active time scales
+    # the SM-active-weighted spans down by the same cap. Gaps add nothing (never idle).
+    return f"""SELECT c.tenant_id AS tenant_id,
+            sum(c.fr * least(u.span, c.b - c.a)) / 3600000 AS covered_gpu_hours,
+            sum(c.fr * if(u.span > 0, u.act * least(1, (c.b - c.a) / u.span), 0)) / 3600000 AS active_gpu_hours
+        FROM (SELECT fact_id, tenant_id, capacity_fraction AS fr, greatest(valid_from_ms, %(f)s) AS a,
+                     least(valid_to_ms, %(t)s) AS b
+              FROM {db}.capacity_facts FINAL
+              WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}) AS c
+        LEFT JOIN (SELECT capacity_fact_id, sum(span_ms) AS span,
+                          sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
+                   FROM {db}.utilization_facts FINAL
+                   WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
+                   GROUP BY capacity_fact_id) AS u ON u.capacity_fact_id = c.fact_id
+        GROUP BY c.tenant_id ORDER BY c.tenant_id"""
+
+
+def platform_capacity_sql(db: str) -> str:
+    return f"""SELECT kind, confidence = 'unattributed' AS unattributed, sum({_CLIP}) / 3600000 AS gpu_hours
+        FROM {db}.capacity_facts FINAL WHERE {_IN_WINDOW}
+        GROUP BY kind, unattributed ORDER BY kind, unattributed"""
+
+
+def physical_sql(db: str) -> str:
+    return f"""SELECT sum(greatest(0, least(coalesce(valid_to_ms, %(t)s), %(t)s) - greatest(valid_from_ms, %(f)s)))
+            / 3600000 FROM {db}.inventory_gpus FINAL"""
+
+
+def unattributed_samples_sql(db: str) -> str:
+    return f"""SELECT reason, count() FROM {db}.utilization_facts FINAL
+        WHERE confidence = 'unattributed' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
+        GROUP BY reason ORDER BY count() DESC"""
+
+
+class ShowbackRows(dict):
+    """Raw query results keyed by query name, plus the window actually used."""
+
+
+def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackRows:
+    db = reader.db
+    _, end = reader.query(evidence_end_sql(db))
+    evidence_end = end[0][0] if end and end[0][0] is not None else from_ms
+    window_to = max(from_ms, min(to_ms, int(evidence_end)))
+    p = {"f": from_ms, "t": window_to}
+    rows = ShowbackRows(from_ms=from_ms, to_ms=to_ms, as_of_ms=window_to)
+    rows["tenant_capacity"] = reader.query(tenant_capacity_sql(db), p)[1]
+    rows["tenant_utilization"] = reader.query(tenant_utilization_sql(db), p)[1]
+    rows["platform_capacity"] = reader.query(platform_capacity_sql(db), p)[1]
+    rows["physical"] = reader.query(physical_sql(db), p)[1]
+    rows["unattributed_samples"] = reader.query(unattributed_samples_sql(db), p)[1]
+    return rows

@@ -1,0 +1,220 @@
+"""Start, stop and report a single-node Apache Kafka 3.9 broker in KRaft mode.
+
+One JVM runs broker and controller together (``process.roles=broker,controller``) with
+a static quorum (``controller.quorum.voters``). Storage is formatted once with
+``kafka.tools.StorageTool format``; the broker runs as ``kafka.Kafka``. All state lives
+under ``HOME/kafka``; the jars come from the Maven cache folder filled by ``make``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+__all__ = ["BrokerStatus", "KafkaBroker", "StackError"]
+
+
+class StackError(RuntimeError):
+    """The local stack cannot do what was asked; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    bootstrap: str
+    reachable: bool
+    detail: str
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child is not alive
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class KafkaBroker:
+    """A local broker owned by one gpuledger home."""
+
+    def __init__(self, home: Path, bootstrap: str, libs: Path) -> None:
+        self.dir = (home / "kafka").resolve()
+        self.bootstrap = bootstrap
+        self.libs = libs.resolve()
+        host, _, port = bootstrap.rpartition(":")
+        self.host, self.port = host or "127.0.0.1", int(port)
+
+    # -- files -----------------------------------------------------------------
+    @property
+    def _pidfile(self) -> Path:
+        return self.dir / "broker.pid"
+
+    @property
+    def _props(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "broker.log"
+
+    def _java(self) -> str:
+        java = shutil.which("java")
+        if not java:
+            raise StackError("java not found on PATH: install a Java 17 runtime (Debian: openjdk-17-jre-headless)")
+        return java
+
+    def _classpath(self) -> str:
+        jars = list(self.libs.glob("kafka_2.13-3.9.*.jar")) if self.libs.is_dir() else []
+        if not jars:
+            raise StackError(
+                f"Kafka jars missing in {self.libs}: run `make kafka-jars` "
+                "(mvn dependency:copy-dependencies from stack/kafka-pom.xml)"
+            )
+        return f"{self.libs}/*"
+
+    def _write_config(self) -> None:
+        if self._props.exists():
+            return
+        controller_port = _free_port(self.host)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "log4j.properties").write_text(
+            "log4j.rootLogger=INFO, stdout\n"
+            "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
+            "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+            "log4j.logger.kafka=WARN\nlog4j.logger.org.apache.kafka=WARN\nlog4j.logger.state.change.logger=WARN\n"
+            "log4j.logger.kafka.server.KafkaServer=INFO\nlog4j.logger.kafka.server.BrokerServer=INFO\n"
+        )
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.dir / "data"),
+            "num.partitions": "4",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "8",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+            "log.retention.hours": "-1",
+            "message.max.bytes": "8388608",
+        }
+        self._props.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _format(self) -> None:
+        if (self.dir / "data" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cmd = [self._java(), "-cp", self._classpath(), "kafka.tools.StorageTool",
+               "format", "-t", cluster_id, "-c", str(self._props)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise StackError(f"formatting Kafka storage in {self.dir} failed: {done.stderr.strip() or done.stdout.strip()}")
+
+    # -- lifecycle --------------------------------------------------------------
+    def _pid(self) -> int | None:
+        try:
+            pid = int(self._pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def reachable(self, timeout_s: float = 2.0) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=timeout_s):
+                pass
+            admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0, "logger": _Quiet()})
+            md = admin.list_topics(timeout=timeout_s)
+            return bool(md.brokers)
+        except Exception:  # noqa: BLE001 — any failure means "not ready yet"
+            return False
+
+    def up(self, wait_s: float = 90.0, progress=print) -> BrokerStatus:
+        """Start the broker unless it runs already; return once it answers metadata."""
+        pid = self._pid()
+        if pid is None and self.reachable(0.5):
+            raise StackError(
+                f"something else already listens on {self.bootstrap}: stop it, or set GPULEDGER_KAFKA_BOOTSTRAP to a free port"
+            )
+        if pid is None:
+            java, cp = self._java(), self._classpath()
+            self._write_config()
+            self._format()
+            heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx768m")
+            cmd = [java, *heap.split(), "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                   f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
+                   "-cp", cp, "kafka.Kafka", str(self._props)]
+            log = open(self.log_file, "ab")  # noqa: SIM115 — handed to the child
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.dir)
+            self._pidfile.write_text(str(proc.pid))
+            progress(f"kafka: started broker pid {proc.pid} on {self.bootstrap} (log {self.log_file})")
+            pid = proc.pid
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not _pid_alive(pid):
+                tail = self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
+                raise StackError(f"the Kafka broker exited during start-up; last log lines:\n{tail}")
+            if self.reachable(1.0):
+                return self.status()
+            time.sleep(0.5)
+        raise StackError(f"the Kafka broker did not answer on {self.bootstrap} within {wait_s:.0f}s; see {self.log_file}")
+
+    def down(self, wait_s: float = 60.0) -> BrokerStatus:
+        pid = self._pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + wait_s
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        self._pidfile.unlink(missing_ok=True)
+        return self.status()
+
+    def status(self) -> BrokerStatus:
+        pid = self._pid()
+        reachable = self.reachable(1.0)
+        detail = "running" if pid and reachable else "starting" if pid else "stopped"
+        if not pid and reachable:
+            detail = "a broker not started by this home answers"
+        return BrokerStatus(pid is not None, pid, self.bootstrap, reachable, detail)
+
+
+class _Quiet:
+    """A logger for librdkafka that keeps readiness probes silent."""
+
+    def log(self, *args, **kwargs) -> None:  # noqa: D401
+        return None
+
+    def __getattr__(self, name):
+        return self.log

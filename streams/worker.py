@@ -1,0 +1,212 @@
+"""``gpuledger process``: the faust-streaming worker that runs the attribution processor.
+
+One agent reads the reference, watch, PodResources and DCGM topics in batches
+(``take_events``); each batch goes through ``Processor.handle`` and ``Processor.flush``
+(facts, then checkpoint) before faust acknowledges it, so faust's committed offsets never
+pass the checkpoint. If the group's committed offsets are ever ahead of the checkpoint
+(a store restored from an older backup, a wiped engine), they are moved back to it
+before the worker joins.
+
+The embedded engine (chdb) can be opened by one process only, so this worker also serves
+queries for it: ``POST /query`` on 127.0.0.1, announced in ``HOME/process.json``.
+``showback`` and other readers use that endpoint while the worker runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import faust
+import orjson
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from faust.web import Request, Response, View
+
+from gpuledger.config import Settings
+from gpuledger.producers.dead_letter import DeadLetters
+from gpuledger.producers.kafka import KafkaPublisher
+from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.streams.processor import Processor
+from gpuledger.streams.topics import Topics, ensure_topics
+
+__all__ = ["read_extents", "run_process"]
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def read_extents(bootstrap: str, topic_names: list[str]) -> dict[str, tuple[int, int]]:
+    """Low and high offsets of every partition of the topics."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gpuledger-extents", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(timeout=10)
+        out = {}
+        for name in topic_names:
+            for p in sorted(md.topics[name].partitions):
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                out[f"{name}:{p}"] = (low, high)
+        return out
+    finally:
+        consumer.close()
+
+
+_COORDINATOR_LOADING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                        KafkaError.COORDINATOR_NOT_AVAILABLE}
+
+
+def _align_group_offsets(bootstrap: str, group: str, restored: dict[str, int],
+                         extents: dict[str, tuple[int, int]], progress: Callable[[str], None]) -> None:
+    """Move committed offsets that are ahead of the checkpoint back to it (rare path)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    tps = [TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1])) for k in extents]
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                committed = consumer.committed(tps, timeout=10)
+                break
+            except KafkaException as exc:  # a fresh broker is still electing the group coordinator
+                if not exc.args[0].retriable() and exc.args[0].code() not in _COORDINATOR_LOADING:
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    ahead = []
+    for tp in committed:
+        key = f"{tp.topic}:{tp.partition}"
+        want = restored.get(key, extents[key][0])
+        if tp.offset >= 0 and tp.offset > want:
+            ahead.append(TopicPartition(tp.topic, tp.partition, want))
+    if not ahead:
+        return
+    progress(f"process: group offsets ahead of the checkpoint on {len(ahead)} partitions; moving them back")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, ahead)])[group].result()
+            return
+        except KafkaException as exc:  # the group still has a member from before a crash
+            if time.monotonic() > deadline:
+                raise
+            progress(f"process: waiting for the previous worker's session to expire ({exc.args[0].str()})")
+            time.sleep(2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[str], None]) -> int:
+    topics = Topics(settings.topic_prefix, settings.source_partitions)
+    ensure_topics(settings.kafka_bootstrap, topics)
+    store = ClickHouseStore(settings.effective_dsn())
+    store.ensure_schema()
+    publisher = KafkaPublisher(settings.kafka_bootstrap)
+    dead = DeadLetters(publisher, topics.dead_letter.name, _wall_ms)
+    proc = Processor(topics, store, dead.send, dead.flush, int(settings.dcgm_sample_span_s * 1000),
+                     int(settings.podresources_grace_s * 1000))
+    restored = proc.restore()
+    names = [t.name for t in topics.processed()]
+    extents = read_extents(settings.kafka_bootstrap, names)
+    proc.set_extents(extents)
+    highs = {k: high for k, (_, high) in extents.items()}
+    group = f"{settings.topic_prefix}-process"
+    _align_group_offsets(settings.kafka_bootstrap, group, restored, extents, progress)
+    progress(f"process: resuming at checkpoint {proc.seq}" if restored else "process: starting from the beginning")
+
+    port = settings.query_port or _free_port()
+    app = faust.App(group, broker=f"kafka://{settings.kafka_bootstrap}", value_serializer="raw",
+                    key_serializer="raw", store="memory://", web_enabled=True, web_port=port,
+                    web_bind="127.0.0.1", web_host="127.0.0.1", broker_session_timeout=10,
+                    broker_heartbeat_interval=1, topic_disable_leader=True, consumer_auto_offset_reset="earliest",
+                    broker_commit_interval=1.0)
+    channel = app.topic(*names, value_type=bytes, key_type=bytes)
+    stats = {"records": 0, "capacity": 0, "utilization": 0, "started": time.monotonic(), "last_report": 0.0}
+    worker_box: list[faust.Worker] = []
+    stopping = asyncio.Event()
+
+    def report(pending: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - stats["last_report"] > 1.0:
+            stats["last_report"] = now
+            left = sum(max(0, highs[k] - proc.next_offsets.get(k, extents[k][0])) for k in highs)
+            progress(f"process: {stats['records']} records, {stats['capacity']} capacity + {stats['utilization']} "
+                     f"utilization facts, {pending} samples waiting, {left if until_caught_up else '-'} records to go")
+
+    async def stop() -> None:
+        if not stopping.is_set():
+            stopping.set()
+            await worker_box[0].stop()
+
+    def apply_flush() -> None:
+        result = proc.flush()
+        stats["capacity"] += result.capacity_facts
+        stats["utilization"] += result.utilization_facts
+        report(result.pending_samples)
+
+    @app.agent(channel)
+    async def attribute(stream):
+        async for events in stream.take_events(settings.batch_max_records, within=settings.batch_max_wait_s):
+            for ev in events:
+                m = ev.message
+                proc.handle(m.topic, m.partition, m.offset, m.value)
+            stats["records"] += len(events)
+            apply_flush()  # facts, then checkpoint; faust acks this batch only after we return
+
+    @app.timer(1.0)
+    async def housekeeping() -> None:
+        if stopping.is_set():
+            return
+        if until_caught_up and proc.caught_up(highs):
+            apply_flush()
+            report(0, force=True)
+            progress("process: caught up")
+            await stop()
+            return
+        if not until_caught_up:
+            proc.set_extents(await asyncio.get_running_loop().run_in_executor(
+                None, read_extents, settings.kafka_bootstrap, names))
+
+    @app.page("/query")
+    class QueryView(View):
+        async def post(self, request: Request) -> Response:
+            body = orjson.loads(await request.read())
+            try:
+                columns, rows = store.query(body["sql"], body.get("parameters"))
+            except Exception as exc:  # noqa: BLE001 — reported to the caller
+                return self.bytes(orjson.dumps({"error": str(exc)}), content_type="application/json", status=400)
+            return self.bytes(orjson.dumps({"columns": columns, "rows": rows}, default=str),
+                              content_type="application/json")
+
+    marker = Path(settings.home) / "process.json"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_bytes(orjson.dumps({"pid": os.getpid(), "query_url": f"http://127.0.0.1:{port}/query",
+                                     "dsn": settings.effective_dsn()}))
+    worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False, stdout=sys.stderr)
+    worker.spinner = None
+    worker_box.append(worker)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code or 0
+    else:
+        code = 0
+    finally:
+        marker.unlink(missing_ok=True)
+        store.close()
+    if until_caught_up and not proc.caught_up(highs):
+        progress("process: stopped before catching up")
+        return 1
+    return int(code)

@@ -1,0 +1,65 @@
+"""The whole pipeline on the in-memory twins: capture -> ListPublisher -> Processor ->
+MemoryStore. Same code as production below the Kafka and ClickHouse adapters."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from gpuledger.producers.base import ListPublisher, Published
+from gpuledger.producers.capture import IngestSummary, ingest_capture
+from gpuledger.sinks.base import MemoryStore
+from gpuledger.streams.processor import Processor
+from gpuledger.streams.topics import Topics
+
+PARTITIONS = 2
+SPAN_MS = 10_000
+GRACE_MS = 120_000
+
+
+def ingest(capture: Path, prefix: str = "t") -> tuple[Topics, ListPublisher, IngestSummary]:
+    topics = Topics(prefix, PARTITIONS)
+    pub = ListPublisher({t.name: t.partitions for t in topics.all()})
+    summary = ingest_capture(capture, pub, topics, lambda: 0)
+    return topics, pub, summary
+
+
+def partitioned(topics: Topics, records: Iterable[Published]) -> list[tuple[str, int, int, bytes]]:
+    """Give keyed records a partition (by key hash) and per-partition offsets, as a broker would."""
+    counts = {t.name: t.partitions for t in topics.all()}
+    offsets: dict[tuple[str, int], int] = {}
+    out = []
+    for r in records:
+        p = r.partition if r.partition is not None else zlib.crc32(r.key) % counts[r.topic]
+        off = offsets.get((r.topic, p), 0)
+        offsets[(r.topic, p)] = off + 1
+        out.append((r.topic, p, off, r.value))
+    return out
+
+
+class MemoryPipeline:
+    def __init__(self, topics: Topics, store: MemoryStore | None = None, grace_ms: int = GRACE_MS) -> None:
+        self.topics = topics
+        self.store = store or MemoryStore()
+        self.dead: list[tuple[str, str]] = []
+        self.proc = Processor(topics, self.store, lambda s, r, raw: self.dead.append((s, r)), lambda: None,
+                              SPAN_MS, grace_ms)
+        self.proc.restore()
+
+    def extents(self, records: list[tuple[str, int, int, bytes]]) -> None:
+        ext = {f"{t.name}:{p}": (0, 0) for t in self.topics.processed() for p in range(t.partitions)}
+        for topic, p, off, _ in records:
+            key = f"{topic}:{p}"
+            if key in ext:
+                ext[key] = (0, max(ext[key][1], off + 1))
+        self.proc.set_extents(ext)
+
+    def feed(self, records: list[tuple[str, int, int, bytes]], batch: int = 500) -> None:
+        processed = {t.name for t in self.topics.processed()}
+        mine = [r for r in records if r[0] in processed]
+        for i in range(0, len(mine), batch):
+            for topic, p, off, value in mine[i:i + batch]:
+                self.proc.handle(topic, p, off, value)
+            self.proc.flush()
+        self.proc.flush()
