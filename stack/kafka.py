@@ -161,10 +161,9 @@ class KafkaBroker:
     def up(self, wait_s: float = 90.0, progress=print) -> BrokerStatus:
         """Start the broker unless it runs already; return once it answers metadata."""
         pid = self._pid()
-        if pid is None and self.reachable(0.5):
-            raise StackError(
-                f"something else already listens on {self.bootstrap}: stop it, or set GPULEDGER_KAFKA_BOOTSTRAP to a free port"
-            )
+        if pid is None and self.reachable(1.0):
+            progress(f"kafka: using the broker already answering at {self.bootstrap} (not started by this home)")
+            return self.status()
         if pid is None:
             java, cp = self._java(), self._classpath()
             self._write_config()

@@ -1,0 +1,39 @@
+"""Beyond the grace period a silent node's samples are judged without it, with the reason."""
+
+from captures import split_lines
+from gpuledger.demo.cluster import write_capture
+from gpuledger.domain.timeutil import parse_rfc3339_ms
+from pipeline import MemoryPipeline, ingest, partitioned
+from plans import truth_plan
+
+SILENT_FROM = parse_rfc3339_ms("2026-10-01T01:00:00Z")
+
+
+def _node_b_after(line: dict) -> bool:
+    return line["node"] == "node-b" and parse_rfc3339_ms(line["observed_at"]) > SILENT_FROM
+
+
+def _run(tmp_path, grace_ms: int):
+    plan = truth_plan()
+    full = write_capture(plan, tmp_path / "full")
+    split_lines(full, tmp_path / "early", tmp_path / "late", "podresources.jsonl", _node_b_after)
+    topics, pub, _ = ingest(tmp_path / "early")
+    records = partitioned(topics, pub.records)
+    mp = MemoryPipeline(topics, grace_ms=grace_ms)
+    mp.extents(records)
+    mp.feed(records)
+    b = {g.uuid for g in plan.nodes["node-b"]}
+    return [u for u in mp.store.utilization.values() if u.gpu_uuid in b and u.observed_at_ms > SILENT_FROM], mp
+
+
+def test_node_silent_longer_than_grace_leaves_samples_unattributed_with_reason(tmp_path):
+    judged, _ = _run(tmp_path, grace_ms=120_000)
+    assert judged, "node-a's snapshots ran 2 h past node-b's: beyond a 120 s grace"
+    assert {u.reason for u in judged} == {"no PodResources snapshot of node-b within 120s grace"}
+    assert {u.confidence for u in judged} == {"unattributed"}
+
+
+def test_within_grace_samples_wait(tmp_path):
+    judged, mp = _run(tmp_path, grace_ms=3 * 3_600_000)
+    assert judged == []
+    assert mp.proc.attributors["prod-ai-1"].pending_samples() > 0
