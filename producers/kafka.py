@@ -38,6 +38,8 @@ class KafkaPublisher:
     def publish(self, topic: str, key: bytes, value: bytes, timestamp_ms: int, partition: int | None = None) -> None:
         kwargs = {"key": key, "value": value, "timestamp": timestamp_ms, "on_delivery": self._on_delivery}
         if partition is not None:
+            if not 0 <= partition < self.partitions(topic):
+                raise ValueError(f"partition {partition} out of range for {topic}")
             kwargs["partition"] = partition
         while True:
             try:

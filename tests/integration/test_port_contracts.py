@@ -1,0 +1,129 @@
+"""One contract suite per port, run against every adapter: the in-memory twin and the real
+one (confluent-kafka on the broker; clickhouse-connect on the chdb engine)."""
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from conftest import BOOTSTRAP
+from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.producers.base import ListPublisher
+from gpuledger.producers.kafka import KafkaPublisher
+from gpuledger.sinks.base import Checkpoint, MemoryStore
+from gpuledger.sinks.clickhouse import ClickHouseStore
+
+pytestmark = pytest.mark.integration
+
+
+# -- Publisher -----------------------------------------------------------------------------
+class KafkaUnderTest:
+    def __init__(self):
+        self.topic = f"contract-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+        admin.create_topics([NewTopic(self.topic, num_partitions=3, replication_factor=1)])[self.topic].result()
+        self.publisher = KafkaPublisher(BOOTSTRAP)
+
+    def read_back(self):
+        c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": self.topic, "auto.offset.reset": "earliest"})
+        c.subscribe([self.topic])
+        out, idle = [], 0
+        while idle < 6:
+            m = c.poll(0.5)
+            if m is None:
+                idle += 1
+                continue
+            out.append((m.key(), m.value(), m.timestamp()[1], m.partition()))
+        c.close()
+        return sorted(out)
+
+
+class ListUnderTest:
+    def __init__(self):
+        self.topic = "contract"
+        self.publisher = ListPublisher({"contract": 3})
+
+    def read_back(self):
+        return sorted((r.key, r.value, r.timestamp_ms, r.partition) for r in self.publisher.records)
+
+
+@pytest.fixture(params=["list", "kafka"])
+def publisher(request, broker):
+    return ListUnderTest() if request.param == "list" else KafkaUnderTest()
+
+
+def test_publisher_keeps_key_value_event_time_and_explicit_partition(publisher):
+    p = publisher.publisher
+    assert p.partitions(publisher.topic) == 3
+    p.publish(publisher.topic, b"k1", b"v1", 1_790_000_000_000)
+    p.publish(publisher.topic, b"k2", b"v2", 1_790_000_000_500, partition=2)
+    p.flush()
+    got = publisher.read_back()
+    assert [(k, v, ts) for k, v, ts, _ in got] == [(b"k1", b"v1", 1_790_000_000_000), (b"k2", b"v2", 1_790_000_000_500)]
+    assert got[1][3] == 2
+
+
+def test_publisher_rejects_a_partition_out_of_range(publisher):
+    with pytest.raises(ValueError, match="partition 7 out of range"):
+        publisher.publisher.publish(publisher.topic, b"k", b"v", 1, partition=7)
+
+
+# -- FactStore -----------------------------------------------------------------------------
+def _cap(i: int, tenant: str = "t") -> CapacityFact:
+    return CapacityFact(f"c{i}", "cl", "allocated", "GPU-1", "n", "H100", "exclusive", 1.0, 1_790_000_000_000 + i,
+                        1_790_000_030_000 + i, tenant, "p", "cc", "ns", "nsu", "pod", "uid", "main", "", "high", "",
+                        "topic", 0, i)
+
+
+def _util(i: int) -> UtilizationFact:
+    return UtilizationFact(f"u{i}", "cl", "GPU-1", "n", 1_790_000_000_000 + i, 10_000, 0.5, None, 100.0, None, "c0",
+                           "allocated", "t", "p", "ns", "pod", "uid", "high", "", "topic", 0, i)
+
+
+class ChStore:
+    def __init__(self, path):
+        self.store = ClickHouseStore(f"chdb://{path}")
+        self.store.ensure_schema()
+
+    def fact_ids(self):
+        return ({r[0] for r in self.store.query("SELECT fact_id FROM gpuledger.capacity_facts FINAL")[1]},
+                {r[0] for r in self.store.query("SELECT fact_id FROM gpuledger.utilization_facts FINAL")[1]},
+                self.store.query("SELECT count() FROM gpuledger.capacity_facts FINAL")[1][0][0])
+
+    def close(self):
+        self.store.close()
+
+
+class MemStore:
+    def __init__(self, _path):
+        self.store = MemoryStore()
+
+    def fact_ids(self):
+        return set(self.store.capacity), set(self.store.utilization), len(self.store.capacity)
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(params=["memory", "clickhouse"])
+def store(request, tmp_path):
+    s = (MemStore if request.param == "memory" else ChStore)(tmp_path / "ch")
+    yield s
+    s.close()
+
+
+def test_store_writes_are_idempotent_by_fact_id(store):
+    store.store.write_facts([_cap(0), _cap(1)], [_util(0)])
+    store.store.write_facts([_cap(1), _cap(2)], [_util(0), _util(1)])  # a replayed batch overlaps
+    caps, utils, rows = store.fact_ids()
+    assert caps == {"c0", "c1", "c2"} and utils == {"u0", "u1"} and rows == 3
+
+
+def test_store_returns_the_latest_checkpoint(store):
+    assert store.store.load_checkpoint("p") is None
+    store.store.save_checkpoint("p", Checkpoint(1, {"t:0": 5}, {"x": 1}))
+    store.store.save_checkpoint("p", Checkpoint(2, {"t:0": 9}, {"x": 2}))
+    store.store.save_checkpoint("other", Checkpoint(7, {}, {}))
+    cp = store.store.load_checkpoint("p")
+    assert (cp.seq, cp.offsets, cp.state) == (2, {"t:0": 9}, {"x": 2})

@@ -1,0 +1,62 @@
+"""Ingest on the in-memory publisher: keys, timestamps, partitions, dead letters."""
+
+import orjson
+import pytest
+
+from captures import append_lines
+from gpuledger.demo.cluster import write_capture
+from gpuledger.producers.capture import CaptureError, ingest_capture
+from gpuledger.producers.base import ListPublisher
+from gpuledger.schemas import Codec
+from gpuledger.streams.topics import Topics
+from plans import truth_plan
+from pipeline import ingest
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    return write_capture(truth_plan(hours=1), tmp_path_factory.mktemp("cap"))
+
+
+def test_records_keyed_by_durable_id_with_event_time(capture):
+    topics, pub, summary = ingest(capture)
+    dcgm = [r for r in pub.records if r.topic == topics.dcgm.name]
+    assert {r.key for r in dcgm} == {b"node-a", b"node-b"}
+    first = Codec("dcgm_scrape").decode(dcgm[0].value)
+    assert dcgm[0].timestamp_ms == first["observed_at_ms"]
+    pods = [Codec("k8s_watch_event").decode(r.value) for r in pub.records if r.topic == topics.k8s.name and r.partition is None]
+    assert pods and all(r["uid"] for r in pods)
+    assert summary.records[topics.dcgm.name] == len(dcgm) == 2 * 360
+    assert sum(summary.rejected.values()) == 0
+
+
+def test_bookmarks_reach_every_partition(capture):
+    topics, pub, _ = ingest(capture)
+    marks = [r for r in pub.records if r.topic == topics.k8s.name and r.partition is not None]
+    per_partition = {}
+    for r in marks:
+        per_partition.setdefault(r.partition, []).append(r.timestamp_ms)
+    assert set(per_partition) == set(range(topics.k8s.partitions))
+    assert len({len(v) for v in per_partition.values()}) == 1
+    last = max(r.timestamp_ms for r in pub.records if r.topic == topics.k8s.name)
+    assert all(max(v) == last for v in per_partition.values())  # the end-of-capture mark
+
+
+def test_malformed_lines_dead_lettered_with_file_line_reason(tmp_path):
+    cap = write_capture(truth_plan(hours=1), tmp_path / "cap")
+    n = len((cap / "podresources.jsonl").read_text().splitlines())
+    append_lines(cap, "podresources.jsonl", ["not json", '{"observed_at": "2026-10-01T00:00:00Z", "node": 3}'])
+    topics, pub, summary = ingest(cap)
+    dead = [Codec("dead_letter").decode(r.value) for r in pub.records if r.topic == topics.dead_letter.name]
+    assert [(d["source"], d["reason"].split(":")[0]) for d in dead] == [
+        (f"podresources.jsonl:{n + 1}", "not JSON"), (f"podresources.jsonl:{n + 2}", "node")]
+    assert summary.rejected == {"podresources.jsonl": 2}
+    assert dead[0]["raw"] == b"not json\n"
+
+
+def test_not_a_capture(tmp_path):
+    with pytest.raises(CaptureError, match="manifest.json"):
+        ingest_capture(tmp_path, ListPublisher(), Topics("t", 1), lambda: 0)
+    (tmp_path / "manifest.json").write_bytes(orjson.dumps({"format": "other"}))
+    with pytest.raises(CaptureError, match="gpuledger-capture/1"):
+        ingest_capture(tmp_path, ListPublisher(), Topics("t", 1), lambda: 0)
