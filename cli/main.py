@@ -49,7 +49,7 @@ def cmd_stack(s: Settings, args) -> int:
     from gpuledger.stack import KafkaBroker
     from gpuledger.streams.topics import Topics, ensure_topics
 
-    broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs)
+    broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts)
     if args.action == "down":
         st = broker.down()
         progress(f"kafka: {st.detail}")

@@ -22,6 +22,7 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Where Kafka clients connect; `stack up` listens here.")
     clickhouse_dsn: str = Field("", description="chdb://PATH (embedded, default $HOME/clickhouse) or http://host:port.")
     kafka_libs: Path = Field(Path("./.cache/kafka-3.9.2/libs"), description="Folder with the Kafka 3.9.2 jars.")
+    kafka_heap_opts: str = Field("-Xms256m -Xmx768m", description="JVM heap flags of the local broker.")
     topic_prefix: str = Field("gpuledger", description="Prefix of every topic name; two stacks on one broker differ here.")
     source_partitions: int = Field(4, ge=1, description="Partitions of each source topic (keyed by durable id).")
     podresources_grace_s: float = Field(

@@ -60,8 +60,9 @@ def _pid_alive(pid: int) -> bool:
 class KafkaBroker:
     """A local broker owned by one gpuledger home."""
 
-    def __init__(self, home: Path, bootstrap: str, libs: Path) -> None:
+    def __init__(self, home: Path, bootstrap: str, libs: Path, heap_opts: str = "-Xms256m -Xmx768m") -> None:
         self.dir = (home / "kafka").resolve()
+        self.heap_opts = heap_opts
         self.bootstrap = bootstrap
         self.libs = libs.resolve()
         host, _, port = bootstrap.rpartition(":")
@@ -168,8 +169,7 @@ class KafkaBroker:
             java, cp = self._java(), self._classpath()
             self._write_config()
             self._format()
-            heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx768m")
-            cmd = [java, *heap.split(), "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            cmd = [java, *self.heap_opts.split(), "-XX:+UseG1GC", "-Djava.awt.headless=true",
                    f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
                    "-cp", cp, "kafka.Kafka", str(self._props)]
             log = open(self.log_file, "ab")  # noqa: SIM115 — handed to the child
