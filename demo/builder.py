@@ -88,15 +88,19 @@ _FAMILIES = [
 ]
 
 
-def dcgm_exposition(node: str, readings: list[tuple[GpuSpec, float, dict]]) -> str:
-    """readings: (gpu, sm_active ratio, {"pod","namespace"} or {}) -> exposition text."""
+def dcgm_exposition(node: str, readings: list[tuple]) -> str:
+    """readings: (gpu, sm_active ratio, {"pod","namespace"} or {}[, (gpu_instance_id, profile)])
+    -> exposition text. A MIG instance's series carry the parent's UUID plus GPU_I_ID and
+    GPU_I_PROFILE, as dcgm-exporter writes them."""
     out = []
     for name, kind, help_text in _FAMILIES:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
-        for gpu, sm, who in readings:
+        for gpu, sm, who, *instance in readings:
             labels = (f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",device="nvidia{gpu.index}",'
                       f'modelName="{gpu.model}",Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER}"')
+            if instance:
+                labels += f',GPU_I_PROFILE="{instance[0][1]}",GPU_I_ID="{instance[0][0]}"'
             if who:
                 labels += f',container="main",namespace="{who["namespace"]}",pod="{who["pod"]}",pod_uid=""'
             value = {
@@ -150,12 +154,16 @@ class CaptureWriter:
         self.line("dcgm.jsonl", {"observed_at": format_rfc3339(t_ms), "node": node,
                                  "exposition": dcgm_exposition(node, readings)})
 
-    def inventory(self, gpus: list[GpuSpec], valid_from_ms: int, unavailable: list[dict] | None = None) -> None:
+    def inventory(self, gpus: list[GpuSpec], valid_from_ms: int, unavailable: list[dict] | None = None,
+                  shared: list[dict] | None = None, mig_profile_weights: dict | None = None) -> None:
+        """Exclusive entries for ``gpus`` except those ``shared`` (MIG/time-slice entries) describes."""
+        special = {e["gpu_uuid"] for e in shared or []}
+        entries = [{"gpu_uuid": g.uuid, "node": g.node, "model": g.model, "gpu_class": g.gpu_class,
+                    "valid_from": format_rfc3339(valid_from_ms), "valid_to": None, "mode": "exclusive"}
+                   for g in gpus if g.uuid not in special]
         (self.root / "inventory.json").write_bytes(orjson.dumps({
-            "gpus": [{"gpu_uuid": g.uuid, "node": g.node, "model": g.model, "gpu_class": g.gpu_class,
-                      "valid_from": format_rfc3339(valid_from_ms), "valid_to": None, "mode": "exclusive"}
-                     for g in gpus],
-            "mig_profile_weights": {}, "vgpu_profile_weights": {},
+            "gpus": entries + list(shared or []),
+            "mig_profile_weights": mig_profile_weights or {}, "vgpu_profile_weights": {},
             "unavailable": unavailable or [],
         }, option=orjson.OPT_INDENT_2))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from gpuledger.demo.builder import CaptureWriter, GpuSpec, namespace_object, pod_object
 from gpuledger.domain.timeutil import format_rfc3339
 
-__all__ = ["ClusterPlan", "NamespacePlan", "PodPlan", "write_capture"]
+__all__ = ["ClusterPlan", "MigLayout", "NamespacePlan", "PodPlan", "SharedGpu", "write_capture"]
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,45 @@ class PodPlan:
     start_ms: int
     end_ms: int
     sm_active: float  # mean SM-active ratio while running
+    devices: tuple[str, ...] = ()  # explicit device ids (MIG-..., GPU-...::k) instead of whole GPUs
 
     def sm_at(self, gpu_index: int, t_ms: int) -> float:
         """Deterministic, bounded variation around the mean."""
         wave = 0.15 * math.sin(t_ms / 600_000 + gpu_index)
         return round(min(1.0, max(0.0, self.sm_active * (1 + wave))), 6)
+
+
+@dataclass(frozen=True)
+class MigLayout:
+    from_ms: int
+    instances: tuple[tuple[str, str, int], ...]  # (mig uuid, profile, GPU instance id)
+
+
+@dataclass(frozen=True)
+class SharedGpu:
+    """A GPU that is not exclusive: MIG layouts over time, or time-sliced replicas."""
+
+    gpu: GpuSpec
+    mode: str  # "mig" or "timeslice"
+    replicas: int = 1
+    layouts: tuple[MigLayout, ...] = ()
+
+    def layout_at(self, t_ms: int) -> MigLayout | None:
+        current = None
+        for layout in self.layouts:
+            if layout.from_ms <= t_ms:
+                current = layout
+        return current
+
+    def inventory_entries(self) -> list[dict]:
+        g = self.gpu
+        base = {"gpu_uuid": g.uuid, "node": g.node, "model": g.model, "gpu_class": g.gpu_class, "valid_to": None}
+        if self.mode == "timeslice":
+            return [{**base, "mode": "timeslice", "timeslice_replicas": self.replicas,
+                     "valid_from": format_rfc3339(self.layouts[0].from_ms if self.layouts else 0)}]
+        return [{**base, "mode": "mig", "valid_from": format_rfc3339(layout.from_ms),
+                 "mig_devices": [{"mig_uuid": u, "profile": p, "gpu_instance_id": gi, "compute_instance_id": 0}
+                                 for u, p, gi in layout.instances]} for layout in self.layouts]
 
 
 @dataclass(frozen=True)
@@ -67,6 +101,10 @@ class ClusterPlan:
     scrape_every_ms: int = 10_000
     bookmark_every_ms: int = 60_000
     cluster_id: str = "prod-ai-1"
+    shared: list[SharedGpu] = field(default_factory=list)
+
+    def shared_gpu(self, gpu_uuid: str) -> SharedGpu | None:
+        return next((g for g in self.shared if g.gpu.uuid == gpu_uuid), None)
 
     def all_gpus(self) -> list[GpuSpec]:
         return [g for gpus in self.nodes.values() for g in gpus]
@@ -105,7 +143,7 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
     w = CaptureWriter(root, plan.cluster_id)
     w.inventory(plan.all_gpus(), plan.start_ms, [
         {"gpu_uuid": g, "from": format_rfc3339(a), "to": format_rfc3339(b), "reason": r}
-        for g, a, b, r in plan.unavailable])
+        for g, a, b, r in plan.unavailable], [e for sg in plan.shared for e in sg.inventory_entries()])
     rv = 1000
     bookmarks = range(plan.start_ms, plan.end_ms + 1, plan.bookmark_every_ms)
     merged = sorted([(t, 0, k, o) for t, _, k, o in _watch_events(plan)] + [(t, 1, "BOOKMARK", None) for t in bookmarks],
@@ -125,7 +163,7 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
             holders = {}
             for p in by_node[node]:
                 if p.start_ms <= t < p.end_ms:
-                    holders[(p.namespace, p.name)] = [gpus[i].uuid for i in p.gpus]
+                    holders[(p.namespace, p.name)] = list(p.devices) or [gpus[i].uuid for i in p.gpus]
             w.snapshot(t, node, holders)
     progress("generate: PodResources snapshots written")
 
@@ -138,12 +176,31 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
             for g in gpus:
                 if any(u == g.uuid and a <= t < b for u, a, b in plan.telemetry_gaps):
                     continue
-                pod = next((p for p in by_node[node] if g.index in p.gpus and p.start_ms <= t < p.end_ms), None)
-                if pod is None:
-                    readings.append((g, 0.0, {}))
-                else:
-                    readings.append((g, pod.sm_at(g.index, t), {"namespace": pod.namespace, "pod": pod.name}))
+                readings += _readings(plan, by_node[node], g, t)
             w.scrape(t, node, readings)
     w.close()
     progress(f"generate: capture written to {root}")
     return root
+
+
+def _who(p: PodPlan) -> dict:
+    return {"namespace": p.namespace, "pod": p.name}
+
+
+def _readings(plan: ClusterPlan, pods: list[PodPlan], g: GpuSpec, t: int) -> list[tuple]:
+    """What dcgm-exporter reports for one GPU at ``t``, as the exporter shapes it per mode."""
+    running = [p for p in pods if p.start_ms <= t < p.end_ms]
+    shared = plan.shared_gpu(g.uuid)
+    if shared is None:
+        pod = next((p for p in running if g.index in p.gpus and not p.devices), None)
+        return [(g, pod.sm_at(g.index, t), _who(pod))] if pod else [(g, 0.0, {})]
+    if shared.mode == "timeslice":  # one physical series, repeated for every pod sharing the GPU
+        sharing = [p for p in running if any(d.split("::")[0] == g.uuid for d in p.devices)]
+        sm = round(min(1.0, sum(p.sm_at(g.index, t) for p in sharing)), 6)
+        return [(g, sm, _who(p)) for p in sharing] or [(g, 0.0, {})]
+    layout = shared.layout_at(t)
+    out = [(g, 0.0, {})]  # the parent GPU's own series
+    for mig_uuid, profile, gi in layout.instances if layout else ():
+        pod = next((p for p in running if mig_uuid in p.devices), None)
+        out.append((g, pod.sm_at(gi, t), _who(pod), (gi, profile)) if pod else (g, 0.0, {}, (gi, profile)))
+    return out

@@ -16,48 +16,31 @@ nothing here reads a clock.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
+from gpuledger.domain.capacity import Holders, Piece, segment_facts
 from gpuledger.domain.dcgm import DeviceSample, parse_exposition
 from gpuledger.domain.facts import CapacityFact, SourcePos, UtilizationFact, fact_id
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.podresources import device_holders
+from gpuledger.domain.utilization import sample_targets
 
 __all__ = ["Attributor", "Counters"]
 
 NEG_INF = -(2**62)
-_Holders = dict[str, tuple[str, str, str, str]]  # device id -> (namespace, pod, container, resource)
-
-
-@dataclass
-class Piece:
-    """A finalized capacity fact, kept for sample lookups."""
-
-    start_ms: int
-    end_ms: int
-    fact_id: str
-    kind: str
-    tenant_id: str
-    project_id: str
-    namespace: str
-    pod_name: str
-    pod_uid: str
-    confidence: str
-    reason: str
 
 
 @dataclass
 class NodeState:
     last_ms: int | None = None
-    last_holders: _Holders = field(default_factory=dict)
+    last_holders: Holders = field(default_factory=dict)
     last_pos: tuple = ("", 0, 0)
     pending_segments: list = field(default_factory=list)  # [start, end, holders, pos]
     final_until_ms: int = NEG_INF
     first_snapshot_ms: int | None = None
     gaps: list = field(default_factory=list)  # [start, end] without evidence
-    pieces: dict = field(default_factory=dict)  # gpu uuid -> list[Piece] sorted by start
+    pieces: dict = field(default_factory=dict)  # device id -> list[Piece] sorted by start
     pending_scrapes: list = field(default_factory=list)  # [t, [[uuid, sm, fb, w, j]...], pos]
     dcgm_wm_ms: int = NEG_INF  # latest scrape time applied (a node's scrapes arrive in order)
 
@@ -119,7 +102,8 @@ class Attributor:
         """Parse a scrape and queue its samples; returns series skipped, by reason."""
         parsed = parse_exposition(exposition)
         st = self.nodes.setdefault(node, NodeState())
-        rows = [[s.gpu_uuid, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j] for s in parsed.samples]
+        rows = [[s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j]
+                for s in parsed.samples]
         st.pending_scrapes.append([observed_at_ms, rows, [pos.topic, pos.partition, pos.offset]])
         st.dcgm_wm_ms = max(st.dcgm_wm_ms, observed_at_ms)
         self.counters.scrapes += 1
@@ -155,65 +139,13 @@ class Attributor:
                 self._emit_segment(node, st, start, end, holders, SourcePos(*pos))
             st.final_until_ms = end
 
-    def _emit_segment(self, node: str, st: NodeState, start: int, end: int, holders: _Holders, pos: SourcePos) -> None:
-        inv = self.inventory
-        assert inv is not None
-        gpus = {g.gpu_uuid: g for g in inv.gpus_on(node, start) if g.mode == "exclusive"}
-        devices = sorted(set(gpus) | {d for d in holders if d.startswith("GPU-") and "::" not in d})
-        for dev in devices:
-            gpu = gpus.get(dev)
-            holder = holders.get(dev)
-            cuts = {start, end}
-            unavail = inv.unavailable_windows(dev, start, end) if gpu else []
-            for u in unavail:
-                cuts.update(t for t in (u.from_ms, u.to_ms) if start < t < end)
-            pod = self.book.pod_at(holder[0], holder[1], start) if holder else None
-            if pod is not None:
-                if pod.end_ms is not None and start < pod.end_ms < end:
-                    cuts.add(pod.end_ms)
-                cuts.update(self.book.namespace_changes(pod.namespace, start, end))
-            bounds = sorted(cuts)
-            for a, b in zip(bounds, bounds[1:]):
-                window = next((u for u in unavail if u.from_ms <= a < u.to_ms), None)
-                self._emit_piece(node, st, dev, gpu, a, b, holder, pod, window, pos)
-
-    def _emit_piece(self, node, st, dev, gpu, a, b, holder, pod, window, pos: SourcePos) -> None:
-        owner = {"tenant_id": "", "project_id": "", "cost_center": "", "namespace": "", "namespace_uid": "",
-                 "pod_name": "", "pod_uid": "", "container": "", "endpoint_id": ""}
-        if window is not None:
-            kind, confidence, reason = "unavailable", "", window.reason or "unavailable"
-        elif holder is None or (pod is not None and pod.end_ms is not None and pod.end_ms <= a):
-            kind, confidence, reason = "unallocated", "", "" if holder is None else "holding pod had ended"
-        else:
-            kind = "allocated"
-            owner.update(namespace=holder[0], pod_name=holder[1], container=holder[2])
-            if gpu is None:
-                confidence, reason = "unattributed", f"device {dev} is not in the inventory"
-            elif pod is None:
-                confidence, reason = "unattributed", f"no pod {holder[0]}/{holder[1]} known at the snapshot time"
-            else:
-                owner.update(pod_uid=pod.uid, endpoint_id=pod.endpoint_id)
-                ns = self.book.namespace_at(pod.namespace, a)
-                if ns is None:
-                    confidence, reason = "unattributed", f"namespace {pod.namespace} unknown at that time"
-                elif not ns.tenant_id:
-                    owner["namespace_uid"] = ns.uid
-                    confidence, reason = "unattributed", f"namespace {pod.namespace} has no gpuledger.io/tenant label"
-                else:
-                    owner.update(namespace_uid=ns.uid, tenant_id=ns.tenant_id, project_id=ns.project_id,
-                                 cost_center=ns.cost_center)
-                    confidence, reason = "high", ""
-        fid = fact_id("capacity", self.cluster_id, dev, a, b, kind, owner["pod_uid"], owner["namespace_uid"])
-        fact = CapacityFact(
-            fact_id=fid, cluster_id=self.cluster_id, kind=kind, gpu_uuid=dev, node=node,
-            gpu_class=gpu.gpu_class if gpu else "unknown", mode=gpu.mode if gpu else "exclusive",
-            capacity_fraction=1.0, valid_from_ms=a, valid_to_ms=b, confidence=confidence, reason=reason,
-            src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset, **owner)
-        self._capacity_out.append(fact)
-        self.counters.capacity_facts += 1
-        st.pieces.setdefault(dev, []).append(Piece(a, b, fid, kind, owner["tenant_id"], owner["project_id"],
-                                                   owner["namespace"], owner["pod_name"], owner["pod_uid"],
-                                                   confidence, reason))
+    def _emit_segment(self, node: str, st: NodeState, start: int, end: int, holders: Holders, pos: SourcePos) -> None:
+        assert self.inventory is not None
+        for device, fact, piece in segment_facts(self.inventory, self.book, self.cluster_id, node, start, end,
+                                                 holders, pos):
+            self._capacity_out.append(fact)
+            self.counters.capacity_facts += 1
+            st.pieces.setdefault(device, []).append(piece)
 
     # -- utilization ---------------------------------------------------------------
     def _attribute_samples(self, node: str, st: NodeState) -> None:
@@ -233,29 +165,30 @@ class Attributor:
         self._prune(st)
 
     def _emit_sample(self, node: str, st: NodeState, t: int, s: DeviceSample, pos: SourcePos, reason: str) -> None:
-        piece = None if reason else _lookup(st.pieces.get(s.gpu_uuid, ()), t)
-        if piece is None and not reason:
-            inside_gap = any(a <= t < b for a, b in st.gaps)
-            reason = ("no PodResources evidence (snapshot gap)" if inside_gap
-                      else f"GPU {s.gpu_uuid} has no capacity fact on {node} (not in the inventory as exclusive)")
-        if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
-            confidence, kind = piece.confidence, "allocated"
-            self.counters.samples_attributed += 1
-        else:
-            kind = piece.kind if piece else "unknown"
-            confidence = "unattributed"
-            if piece is not None:
-                reason = piece.reason or f"device {piece.kind}"
-            self.counters.samples_unattributed += 1
-        self._util_out.append(UtilizationFact(
-            fact_id=fact_id("utilization", self.cluster_id, s.gpu_uuid, t),
-            cluster_id=self.cluster_id, gpu_uuid=s.gpu_uuid, node=node, observed_at_ms=t, span_ms=self.sample_span_ms,
-            sm_active_ratio=s.sm_active_ratio, fb_used_bytes=s.fb_used_bytes, power_w=s.power_w, energy_j=s.energy_j,
-            capacity_fact_id=piece.fact_id if piece else "", kind=kind,
-            tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
-            namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
-            pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=reason,
-            src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset))
+        assert self.inventory is not None or reason
+        targets = ([(s.gpu_uuid, None, reason)] if reason or self.inventory is None
+                   else sample_targets(self.inventory, st.pieces, node, t, s))
+        for device, piece, why in targets:
+            if piece is None and not why:
+                inside_gap = any(a <= t < b for a, b in st.gaps)
+                why = "no PodResources evidence (snapshot gap)" if inside_gap else f"no capacity fact covers {device}"
+            if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
+                confidence, kind = piece.confidence, "allocated"
+                self.counters.samples_attributed += 1
+            else:
+                kind, confidence = (piece.kind if piece else "unknown"), "unattributed"
+                if piece is not None:
+                    why = piece.reason or f"device {piece.kind}"
+                self.counters.samples_unattributed += 1
+            self._util_out.append(UtilizationFact(
+                fact_id=fact_id("utilization", self.cluster_id, device, t),
+                cluster_id=self.cluster_id, gpu_uuid=s.gpu_uuid, device_id=device, node=node, observed_at_ms=t,
+                span_ms=self.sample_span_ms, sm_active_ratio=s.sm_active_ratio, fb_used_bytes=s.fb_used_bytes,
+                power_w=s.power_w, energy_j=s.energy_j, capacity_fact_id=piece.fact_id if piece else "", kind=kind,
+                tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
+                namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
+                pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=why,
+                src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset))
 
     def _prune(self, st: NodeState) -> None:
         """Forget pieces no sample can still need: a node's scrapes arrive in order, so pieces
@@ -305,14 +238,3 @@ class Attributor:
                 pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},
                 pending_scrapes=s["pending_scrapes"], dcgm_wm_ms=s["dcgm_wm_ms"])
         return att
-
-
-def _lookup(pieces, t: int) -> Piece | None:
-    i = bisect.bisect_right(pieces, t, key=_start) - 1
-    if i >= 0 and pieces[i].start_ms <= t < pieces[i].end_ms:
-        return pieces[i]
-    return None
-
-
-def _start(piece: Piece) -> int:
-    return piece.start_ms

@@ -2,7 +2,8 @@
 
 Units normalized here, once: framebuffer MiB -> bytes, energy mJ -> J, ``*_UTIL`` percent
 -> ratio. DCGM's "not supported" sentinels (~9.22e18 and friends) and NaN are dropped.
-MIG-instance series (``GPU_I_ID``) are reported as skipped: they belong to a MIG device.
+MIG-instance series carry the parent's UUID plus ``GPU_I_ID`` (no MIG UUID): they become
+samples of that GPU instance (``gpu_instance_id``), never of the parent.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _FIELDS = {
 @dataclass(frozen=True)
 class DeviceSample:
     gpu_uuid: str
+    gpu_instance_id: int | None
     sm_active_ratio: float | None
     fb_used_bytes: int | None
     power_w: float | None
@@ -85,7 +87,7 @@ def _series(text: str):
 
 def parse_exposition(text: str) -> DcgmParse:
     """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
-    per_gpu: dict[str, dict[str, float]] = {}
+    per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
     skipped: dict[str, int] = {}
     parsed = 0
     for name, labels, value in _series(text):
@@ -94,22 +96,23 @@ def parse_exposition(text: str) -> DcgmParse:
         if not uuid:
             skipped["no UUID label"] = skipped.get("no UUID label", 0) + 1
             continue
-        if "GPU_I_ID" in labels:
-            skipped["MIG instance series"] = skipped.get("MIG instance series", 0) + 1
+        instance = labels.get("GPU_I_ID")
+        if instance is not None and not instance.isdigit():
+            skipped["GPU_I_ID not a number"] = skipped.get("GPU_I_ID not a number", 0) + 1
             continue
         if math.isnan(value) or abs(value) >= _SENTINEL_MIN:
             skipped["DCGM blank sentinel"] = skipped.get("DCGM blank sentinel", 0) + 1
             continue
-        per_gpu.setdefault(uuid, {})[field] = value
+        per_gpu.setdefault((uuid, None if instance is None else int(instance)), {})[field] = value
         parsed += 1
     samples = []
-    for uuid in sorted(per_gpu):
-        f = per_gpu[uuid]
+    for key in sorted(per_gpu, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
+        f = per_gpu[key]
         ratio = f.get("sm_active", f.get("gr_active"))
         if ratio is None and "gpu_util_pct" in f:
             ratio = f["gpu_util_pct"] / 100.0
         samples.append(DeviceSample(
-            gpu_uuid=uuid,
+            gpu_uuid=key[0], gpu_instance_id=key[1],
             sm_active_ratio=None if ratio is None else min(max(ratio, 0.0), 1.0),
             fb_used_bytes=None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
             power_w=f.get("power_w"),

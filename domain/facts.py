@@ -11,7 +11,7 @@ from gpuledger.domain.timeutil import MS_PER_HOUR
 
 __all__ = ["CONFIDENCES", "KINDS", "CapacityFact", "SourcePos", "UtilizationFact", "fact_id"]
 
-KINDS = ("allocated", "unallocated", "unavailable")
+KINDS = ("allocated", "unallocated", "unavailable", "over_allocated")
 CONFIDENCES = ("high", "medium", "modeled", "unattributed", "")
 
 
@@ -33,10 +33,12 @@ class CapacityFact:
     fact_id: str
     cluster_id: str
     kind: str
-    gpu_uuid: str
+    gpu_uuid: str  # the physical GPU
+    device_id: str  # the unit PodResources hands out: GPU-..., MIG-..., GPU-...::k
     node: str
     gpu_class: str
     mode: str
+    profile: str  # MIG profile, empty otherwise
     capacity_fraction: float
     valid_from_ms: int
     valid_to_ms: int
@@ -70,6 +72,7 @@ class UtilizationFact:
     fact_id: str
     cluster_id: str
     gpu_uuid: str
+    device_id: str
     node: str
     observed_at_ms: int
     span_ms: int

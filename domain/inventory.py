@@ -3,15 +3,32 @@ they were unavailable. Entries are effective-dated ``[valid_from, valid_to)``.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["GpuEntry", "Inventory", "InventoryError", "Unavailability", "parse_inventory"]
+__all__ = ["GpuEntry", "Inventory", "InventoryError", "MigDevice", "Unavailability", "default_mig_weight",
+           "parse_inventory"]
 
 
 class InventoryError(ValueError):
     """inventory.json does not have the documented shape."""
+
+
+def default_mig_weight(profile: str) -> float:
+    """Compute slices / 7, read from the profile name (``3g.40gb`` -> 3/7)."""
+    head = profile.split("g.", 1)[0]
+    if not head.isdigit():
+        raise InventoryError(f"MIG profile {profile!r} does not start with '<slices>g.'")
+    return int(head) / 7
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    mig_uuid: str
+    profile: str
+    gpu_instance_id: int
+    compute_instance_id: int
 
 
 @dataclass(frozen=True)
@@ -23,6 +40,8 @@ class GpuEntry:
     mode: str
     valid_from_ms: int
     valid_to_ms: int | None
+    timeslice_replicas: int = 1
+    mig_devices: tuple[MigDevice, ...] = ()
 
     def covers(self, t_ms: int) -> bool:
         return self.valid_from_ms <= t_ms and (self.valid_to_ms is None or t_ms < self.valid_to_ms)
@@ -40,6 +59,20 @@ class Unavailability:
 class Inventory:
     gpus: list[GpuEntry] = field(default_factory=list)
     unavailable: list[Unavailability] = field(default_factory=list)
+    mig_profile_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def mig_weight(self, gpu_class: str, profile: str) -> float:
+        """The approved weight of a MIG profile on a GPU class; default compute slices / 7."""
+        weight = self.mig_profile_weights.get(gpu_class, {}).get(profile)
+        return float(weight) if weight is not None else default_mig_weight(profile)
+
+    def mig_device(self, mig_uuid: str, t_ms: int) -> tuple[GpuEntry, MigDevice] | None:
+        for g in self.gpus:
+            if g.covers(t_ms):
+                for m in g.mig_devices:
+                    if m.mig_uuid == mig_uuid:
+                        return g, m
+        return None
 
     def gpus_on(self, node: str, t_ms: int) -> list[GpuEntry]:
         return [g for g in self.gpus if g.node == node and g.covers(t_ms)]
@@ -58,15 +91,31 @@ def parse_inventory(doc: dict) -> Inventory:
     """inventory.json -> Inventory; raises InventoryError naming the bad entry."""
     if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
         raise InventoryError("inventory must be an object with a 'gpus' list")
-    inv = Inventory()
+    weights = doc.get("mig_profile_weights") or {}
+    if not isinstance(weights, dict) or not all(isinstance(v, dict) for v in weights.values()):
+        raise InventoryError("mig_profile_weights must map GPU class -> {profile: weight}")
+    inv = Inventory(mig_profile_weights={c: {p: float(w) for p, w in ws.items()} for c, ws in weights.items()})
     for i, g in enumerate(doc["gpus"]):
         try:
+            mode = str(g.get("mode", "exclusive"))
+            if mode not in ("exclusive", "mig", "timeslice", "vgpu"):
+                raise ValueError(f"mode must be exclusive, mig, timeslice or vgpu, got {mode!r}")
+            migs = tuple(MigDevice(str(m["mig_uuid"]), str(m["profile"]), int(m["gpu_instance_id"]),
+                                   int(m.get("compute_instance_id", 0))) for m in g.get("mig_devices") or [])
+            for m in migs:
+                default_mig_weight(m.profile)
+            replicas = int(g.get("timeslice_replicas") or 1)
+            if replicas < 1:
+                raise ValueError("timeslice_replicas must be at least 1")
             inv.gpus.append(GpuEntry(
                 gpu_uuid=str(g["gpu_uuid"]), node=str(g["node"]), model=str(g.get("model", "")),
-                gpu_class=str(g.get("gpu_class") or g.get("model") or "unknown"), mode=str(g.get("mode", "exclusive")),
+                gpu_class=str(g.get("gpu_class") or g.get("model") or "unknown"), mode=mode,
                 valid_from_ms=parse_rfc3339_ms(g["valid_from"]) if g.get("valid_from") else 0,
                 valid_to_ms=parse_rfc3339_ms(g["valid_to"]) if g.get("valid_to") else None,
+                timeslice_replicas=replicas if mode == "timeslice" else 1, mig_devices=migs,
             ))
+        except InventoryError as exc:
+            raise InventoryError(f"gpus[{i}]: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:
             raise InventoryError(f"gpus[{i}]: {exc!r}; each GPU needs gpu_uuid, node and RFC 3339 valid_from") from exc
     for i, u in enumerate(doc.get("unavailable") or []):
@@ -75,4 +124,21 @@ def parse_inventory(doc: dict) -> Inventory:
                                                   parse_rfc3339_ms(u["to"]), str(u.get("reason", ""))))
         except (KeyError, TypeError, ValueError) as exc:
             raise InventoryError(f"unavailable[{i}]: {exc!r}; each entry needs gpu_uuid, from, to") from exc
+    _close_superseded(inv)
     return inv
+
+
+def _close_superseded(inv: Inventory) -> None:
+    """A later entry for the same GPU closes the earlier one (re-partitioning, mode changes)."""
+    by_gpu: dict[str, list[GpuEntry]] = {}
+    for g in inv.gpus:
+        by_gpu.setdefault(g.gpu_uuid, []).append(g)
+    closed = []
+    for entries in by_gpu.values():
+        entries.sort(key=lambda e: e.valid_from_ms)
+        for cur, nxt in zip(entries, entries[1:]):
+            if cur.valid_to_ms is None or cur.valid_to_ms > nxt.valid_from_ms:
+                cur = replace(cur, valid_to_ms=nxt.valid_from_ms)
+            closed.append(cur)
+        closed.append(entries[-1])
+    inv.gpus = closed

@@ -21,7 +21,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         if tid not in tenants:
             tenants[tid] = {
                 "tenant_id": tid, "allocated_gpu_hours": 0.0, "allocated_by_mode": dict.fromkeys(MODES, 0.0),
-                "guaranteed_gpu_hours": None, "borrowed_gpu_hours": None,
+                "mig_profile_hours": {}, "guaranteed_gpu_hours": None, "borrowed_gpu_hours": None,
                 "active_gpu_hours": 0.0, "idle_allocated_gpu_hours": 0.0, "telemetry_coverage": 0.0,
                 "covered_gpu_hours": 0.0, "service_share_gpu_hours": None,
                 "requests": None, "successful_requests": None, "input_tokens": None, "output_tokens": None,
@@ -36,6 +36,8 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         e["allocated_by_mode"][mode] = e["allocated_by_mode"].get(mode, 0.0) + hours
         if confidence in e["confidence_gpu_hours"]:
             e["confidence_gpu_hours"][confidence] += hours
+    for tid, profile, hours in rows.get("tenant_profiles", ()):
+        entry(tid)["mig_profile_hours"][profile] = hours
     for tid, covered, active in rows["tenant_utilization"]:
         e = entry(tid)
         e["covered_gpu_hours"] = covered
@@ -44,7 +46,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
     for e in tenants.values():
         e["telemetry_coverage"] = e["covered_gpu_hours"] / e["allocated_gpu_hours"] if e["allocated_gpu_hours"] else 0.0
 
-    by_kind = {"allocated": 0.0, "unallocated": 0.0, "unavailable": 0.0}
+    by_kind = {"allocated": 0.0, "unallocated": 0.0, "unavailable": 0.0, "over_allocated": 0.0}
     unattributed = 0.0
     for kind, is_unattributed, hours in rows["platform_capacity"]:
         by_kind[kind] = by_kind.get(kind, 0.0) + hours
@@ -57,6 +59,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         "unallocated_gpu_hours": by_kind["unallocated"],
         "unavailable_gpu_hours": by_kind["unavailable"],
         "unattributed_gpu_hours": unattributed,
+        "over_allocated_gpu_hours": by_kind["over_allocated"],
         # rounded to 1e-9 h (3.6 us): sums of float hours carry that much noise, no more
         "difference_gpu_hours": round(physical - by_kind["allocated"] - by_kind["unallocated"]
                                       - by_kind["unavailable"], 9) + 0.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka import KafkaException, Producer
 
 __all__ = ["KafkaPublisher", "PublishError"]
@@ -50,15 +52,19 @@ class KafkaPublisher:
         self._producer.poll(0)
 
     def partitions(self, topic: str) -> int:
-        if topic not in self._counts:
+        deadline = time.monotonic() + 10  # a topic just created may take a moment to show in metadata
+        while topic not in self._counts:
             try:
                 md = self._producer.list_topics(topic, timeout=10)
             except KafkaException as exc:
                 raise PublishError(f"cannot read metadata of {topic}: {exc}") from exc
             t = md.topics.get(topic)
-            if t is None or t.error is not None or not t.partitions:
+            if t is not None and t.error is None and t.partitions:
+                self._counts[topic] = len(t.partitions)
+            elif time.monotonic() > deadline:
                 raise PublishError(f"topic {topic} does not exist: run `gpuledger stack up` first")
-            self._counts[topic] = len(t.partitions)
+            else:
+                time.sleep(0.2)
         return self._counts[topic]
 
     def flush(self) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 __all__ = ["CAPACITY_COLUMNS", "UTILIZATION_COLUMNS", "ddl_statements"]
 
 CAPACITY_COLUMNS = [
-    "fact_id", "cluster_id", "kind", "gpu_uuid", "node", "gpu_class", "mode", "capacity_fraction",
+    "fact_id", "cluster_id", "kind", "gpu_uuid", "device_id", "node", "gpu_class", "mode", "profile", "capacity_fraction",
     "valid_from_ms", "valid_to_ms", "tenant_id", "project_id", "cost_center", "namespace", "namespace_uid",
     "pod_name", "pod_uid", "container", "endpoint_id", "confidence", "reason", "src_topic", "src_partition",
     "src_offset",
 ]
 UTILIZATION_COLUMNS = [
-    "fact_id", "cluster_id", "gpu_uuid", "node", "observed_at_ms", "span_ms", "sm_active_ratio", "fb_used_bytes",
+    "fact_id", "cluster_id", "gpu_uuid", "device_id", "node", "observed_at_ms", "span_ms", "sm_active_ratio", "fb_used_bytes",
     "power_w", "energy_j", "capacity_fact_id", "kind", "tenant_id", "project_id", "namespace", "pod_name",
     "pod_uid", "confidence", "reason", "src_topic", "src_partition", "src_offset",
 ]
@@ -30,8 +30,8 @@ def ddl_statements(db: str) -> list[str]:
         # the dedup key; valid_from is a function of fact_id so a fact never changes partition.
         f"""CREATE TABLE IF NOT EXISTS {db}.capacity_facts (
             fact_id String, cluster_id LowCardinality(String), kind LowCardinality(String),
-            gpu_uuid String, node LowCardinality(String), gpu_class LowCardinality(String),
-            mode LowCardinality(String), capacity_fraction Float64,
+            gpu_uuid String, device_id String, node LowCardinality(String), gpu_class LowCardinality(String),
+            mode LowCardinality(String), profile LowCardinality(String), capacity_fraction Float64,
             valid_from_ms Int64, valid_to_ms Int64,
             tenant_id LowCardinality(String), project_id LowCardinality(String), cost_center LowCardinality(String),
             namespace String, namespace_uid String, pod_name String, pod_uid String, container String,
@@ -42,8 +42,8 @@ def ddl_statements(db: str) -> list[str]:
             gpu_hours Float64 MATERIALIZED capacity_fraction * (valid_to_ms - valid_from_ms) / 3600000
         ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(valid_from) ORDER BY (cluster_id, valid_from, fact_id)""",
         f"""CREATE TABLE IF NOT EXISTS {db}.utilization_facts (
-            fact_id String, cluster_id LowCardinality(String), gpu_uuid String, node LowCardinality(String),
-            observed_at_ms Int64, span_ms Int64, sm_active_ratio Nullable(Float64), fb_used_bytes Nullable(Int64),
+            fact_id String, cluster_id LowCardinality(String), gpu_uuid String, device_id String,
+            node LowCardinality(String), observed_at_ms Int64, span_ms Int64, sm_active_ratio Nullable(Float64), fb_used_bytes Nullable(Int64),
             power_w Nullable(Float64), energy_j Nullable(Float64), capacity_fact_id String, kind LowCardinality(String),
             tenant_id LowCardinality(String), project_id LowCardinality(String), namespace String, pod_name String,
             pod_uid String, confidence LowCardinality(String), reason String,
@@ -59,6 +59,10 @@ def ddl_statements(db: str) -> list[str]:
             cluster_id LowCardinality(String), gpu_uuid String, from_ms Int64, to_ms Int64, reason String,
             document_ms Int64
         ) ENGINE = ReplacingMergeTree(document_ms) ORDER BY (cluster_id, gpu_uuid, from_ms)""",
+        # v2 (MIG, time-slicing): tables created by v1 gain the unit columns.
+        f"ALTER TABLE {db}.capacity_facts ADD COLUMN IF NOT EXISTS device_id String AFTER gpu_uuid",
+        f"ALTER TABLE {db}.capacity_facts ADD COLUMN IF NOT EXISTS profile LowCardinality(String) AFTER mode",
+        f"ALTER TABLE {db}.utilization_facts ADD COLUMN IF NOT EXISTS device_id String AFTER gpu_uuid",
         # Processor checkpoints: state + the offsets it reflects, written after the facts.
         f"""CREATE TABLE IF NOT EXISTS {db}.processor_checkpoints (
             processor String, seq UInt64, offsets String, state String

@@ -22,6 +22,14 @@ def tenant_capacity_sql(db: str) -> str:
         GROUP BY tenant_id, mode, confidence ORDER BY tenant_id, mode, confidence"""
 
 
+def tenant_profile_sql(db: str) -> str:
+    """MIG-profile-hours: instance-hours per profile (not weighted)."""
+    return f"""SELECT tenant_id, profile, sum(least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s)) / 3600000
+        FROM {db}.capacity_facts FINAL
+        WHERE kind = 'allocated' AND mode = 'mig' AND tenant_id != '' AND {_IN_WINDOW}
+        GROUP BY tenant_id, profile ORDER BY tenant_id, profile"""
+
+
 def tenant_utilization_sql(db: str) -> str:
     # Per capacity fact: covered time = min(sample spans, fact duration); active time scales
     # the SM-active-weighted spans down by the same cap. Gaps add nothing (never idle).
@@ -70,6 +78,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows = ShowbackRows(from_ms=from_ms, to_ms=to_ms, as_of_ms=window_to)
     rows["tenant_capacity"] = reader.query(tenant_capacity_sql(db), p)[1]
     rows["tenant_utilization"] = reader.query(tenant_utilization_sql(db), p)[1]
+    rows["tenant_profiles"] = reader.query(tenant_profile_sql(db), p)[1]
     rows["platform_capacity"] = reader.query(platform_capacity_sql(db), p)[1]
     rows["physical"] = reader.query(physical_sql(db), p)[1]
     rows["unattributed_samples"] = reader.query(unattributed_samples_sql(db), p)[1]

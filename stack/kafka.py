@@ -125,7 +125,7 @@ class KafkaBroker:
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            "auto.create.topics.enable": "true",
+            "auto.create.topics.enable": "false",
             "log.retention.hours": "-1",
             "message.max.bytes": "8388608",
         }

@@ -75,3 +75,66 @@ def expected_active_hours(plan: ClusterPlan) -> dict[str, float]:
                     continue
                 out[tenant] = out.get(tenant, 0.0) + p.sm_at(i, t) * plan.scrape_every_ms / H
     return out
+
+
+def sharing_plan() -> ClusterPlan:
+    """One MIG H100 (node-m) and one time-sliced H100 with 4 replicas (node-t), 3 hours.
+
+    MIG layout A from 0: 3g.40gb (GI 1) + 3g.40gb (GI 2) + 1g.10gb (GI 7); re-partitioned at
+    90 min to layout B: 4g.40gb (GI 1) + 3g.40gb (GI 2). alpha holds A-GI1 0..60 min, beta
+    A-GI2 30..90 min, gamma B-GI1 100..150 min. On node-t, alpha's pod holds replicas ::0 and
+    ::1 for 0..60 min, beta's pod ::2 for 30..120 min.
+    """
+    from gpuledger.demo.cluster import MigLayout, SharedGpu
+
+    end = T0 + 3 * H
+    mig_gpu = GpuSpec(gpu_uuid("sharing", "m"), "node-m", 0)
+    ts_gpu = GpuSpec(gpu_uuid("sharing", "t"), "node-t", 0)
+    mig = lambda *p: "MIG-" + det_uuid("mig", *p)  # noqa: E731
+    layout_a = MigLayout(T0, ((mig("a", 1), "3g.40gb", 1), (mig("a", 2), "3g.40gb", 2), (mig("a", 7), "1g.10gb", 7)))
+    layout_b = MigLayout(T0 + 90 * M, ((mig("b", 1), "4g.40gb", 1), (mig("b", 2), "3g.40gb", 2)))
+    namespaces = [NamespacePlan(f"{t}-ns", det_uuid("ns", t), T0 - 24 * H, ((T0 - 24 * H, t),))
+                  for t in ("alpha", "beta", "gamma")]
+
+    def shared_pod(tenant: str, name: str, devices: tuple[str, ...], node: str, a: int, b: int, sm: float) -> PodPlan:
+        return PodPlan(f"{tenant}-ns", name, det_uuid("pod", tenant, name), node, (), T0 + a * M, T0 + b * M, sm, devices)
+
+    pods = [
+        shared_pod("alpha", "mig-a", (mig("a", 1),), "node-m", 0, 60, 0.7),
+        shared_pod("beta", "mig-b", (mig("a", 2),), "node-m", 30, 90, 0.4),
+        shared_pod("gamma", "mig-c", (mig("b", 1),), "node-m", 100, 150, 0.9),
+        shared_pod("alpha", "ts-a", (f"{ts_gpu.uuid}::0", f"{ts_gpu.uuid}::1"), "node-t", 0, 60, 0.3),
+        shared_pod("beta", "ts-b", (f"{ts_gpu.uuid}::2",), "node-t", 30, 120, 0.2),
+    ]
+    return ClusterPlan(start_ms=T0, end_ms=end, nodes={"node-m": [mig_gpu], "node-t": [ts_gpu]},
+                       namespaces=namespaces, pods=pods,
+                       shared=[SharedGpu(mig_gpu, "mig", layouts=(layout_a, layout_b)),
+                               SharedGpu(ts_gpu, "timeslice", replicas=4, layouts=(MigLayout(T0, ()),))])
+
+
+SHARING_TRUTH = {  # GPU-equivalent hours by tenant and mode, from the plan's docstring
+    ("alpha", "mig"): 1.0 * 3 / 7, ("beta", "mig"): 1.0 * 3 / 7, ("gamma", "mig"): 50 / 60 * 4 / 7,
+    ("alpha", "timeslice"): 2 * 0.25 * 1.0, ("beta", "timeslice"): 0.25 * 1.5,
+}
+SHARING_PROFILE_HOURS = {("alpha", "3g.40gb"): 1.0, ("beta", "3g.40gb"): 1.0, ("gamma", "4g.40gb"): 50 / 60}
+
+
+def expected_sharing_active_hours(plan: ClusterPlan) -> dict[str, float]:
+    """MIG: instance weight x instance SM-active; time-slice: 1/N per replica held x the
+    physical GPU's SM-active (the sum of its sharing pods, capped at 1)."""
+    out: dict[str, float] = {}
+    step_h = plan.scrape_every_ms / H
+    ts = plan.shared[1]
+    for p in plan.pods:
+        for t in range(p.start_ms, p.end_ms, plan.scrape_every_ms):
+            if p.node == "node-m":
+                layout = plan.shared[0].layout_at(t)
+                gi, profile = next((gi, prof) for u, prof, gi in layout.instances if u in p.devices)
+                active = int(profile[0]) / 7 * p.sm_at(gi, t)
+            else:
+                sharing = [q for q in plan.pods if q.node == "node-t" and q.start_ms <= t < q.end_ms]
+                phys = round(min(1.0, sum(q.sm_at(0, t) for q in sharing)), 6)
+                active = len(p.devices) / ts.replicas * phys
+            tenant = p.namespace.removesuffix("-ns")
+            out[tenant] = out.get(tenant, 0.0) + active * step_h
+    return out

@@ -15,6 +15,7 @@ from conftest import Stack
 from captures import split_lines
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.timeutil import parse_rfc3339_ms
+from gpuledger.sinks.schema_sql import UTILIZATION_COLUMNS
 from plans import truth_plan
 
 pytestmark = pytest.mark.integration
@@ -38,9 +39,8 @@ def test_late_snapshots_still_attribute_the_samples_they_explain(stack, tmp_path
     first = stack.run("process", "--until-caught-up")
     assert "samples waiting" in first.stderr
     b_gpus = {g.uuid for g in plan.nodes["node-b"]}
-    util = stack.facts()["utilization_facts"]
-    # columns 2 and 4: gpu_uuid, observed_at_ms (sinks/schema_sql.UTILIZATION_COLUMNS)
-    waiting_b = [r for r in util if r[2] in b_gpus and r[4] >= CUT_B]
+    util = [dict(zip(UTILIZATION_COLUMNS, r)) for r in stack.facts()["utilization_facts"]]
+    waiting_b = [r for r in util if r["gpu_uuid"] in b_gpus and r["observed_at_ms"] >= CUT_B]
     assert waiting_b == []  # not guessed, not dropped: waiting for their snapshot
 
     stack.run("ingest", str(tmp_path / "late"))
@@ -52,5 +52,7 @@ def test_late_snapshots_still_attribute_the_samples_they_explain(stack, tmp_path
     in_order.run("process", "--until-caught-up")
     # the same facts; only where their evidence sits in Kafka (offsets) differs
     assert late_run == in_order.facts(with_source=False)
-    unattributed_b = [r for r in late_run["utilization_facts"] if r[2] in b_gpus and r[17] == "unattributed"]
-    assert all(r[18] in ("device unallocated", "maintenance") for r in unattributed_b)
+    columns = [c for c in UTILIZATION_COLUMNS if not c.startswith("src_")]
+    late_rows = [dict(zip(columns, r)) for r in late_run["utilization_facts"]]
+    unattributed_b = [r for r in late_rows if r["gpu_uuid"] in b_gpus and r["confidence"] == "unattributed"]
+    assert unattributed_b and {r["reason"] for r in unattributed_b} <= {"device unallocated", "maintenance"}

@@ -1,10 +1,11 @@
 """One contract suite per port, run against every adapter: the in-memory twin and the real
 one (confluent-kafka on the broker; clickhouse-connect on the chdb engine)."""
 
+import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import BOOTSTRAP
@@ -25,16 +26,14 @@ class KafkaUnderTest:
         admin.create_topics([NewTopic(self.topic, num_partitions=3, replication_factor=1)])[self.topic].result()
         self.publisher = KafkaPublisher(BOOTSTRAP)
 
-    def read_back(self):
-        c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": self.topic, "auto.offset.reset": "earliest"})
-        c.subscribe([self.topic])
-        out, idle = [], 0
-        while idle < 6:
+    def read_back(self, expected: int):
+        c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": self.topic, "enable.auto.commit": False})
+        c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(3)])
+        out, deadline = [], time.monotonic() + 30
+        while len(out) < expected and time.monotonic() < deadline:
             m = c.poll(0.5)
-            if m is None:
-                idle += 1
-                continue
-            out.append((m.key(), m.value(), m.timestamp()[1], m.partition()))
+            if m is not None and not m.error():
+                out.append((m.key(), m.value(), m.timestamp()[1], m.partition()))
         c.close()
         return sorted(out)
 
@@ -44,7 +43,7 @@ class ListUnderTest:
         self.topic = "contract"
         self.publisher = ListPublisher({"contract": 3})
 
-    def read_back(self):
+    def read_back(self, expected: int):
         return sorted((r.key, r.value, r.timestamp_ms, r.partition) for r in self.publisher.records)
 
 
@@ -59,7 +58,7 @@ def test_publisher_keeps_key_value_event_time_and_explicit_partition(publisher):
     p.publish(publisher.topic, b"k1", b"v1", 1_790_000_000_000)
     p.publish(publisher.topic, b"k2", b"v2", 1_790_000_000_500, partition=2)
     p.flush()
-    got = publisher.read_back()
+    got = publisher.read_back(2)
     assert [(k, v, ts) for k, v, ts, _ in got] == [(b"k1", b"v1", 1_790_000_000_000), (b"k2", b"v2", 1_790_000_000_500)]
     assert got[1][3] == 2
 
@@ -71,14 +70,20 @@ def test_publisher_rejects_a_partition_out_of_range(publisher):
 
 # -- FactStore -----------------------------------------------------------------------------
 def _cap(i: int, tenant: str = "t") -> CapacityFact:
-    return CapacityFact(f"c{i}", "cl", "allocated", "GPU-1", "n", "H100", "exclusive", 1.0, 1_790_000_000_000 + i,
-                        1_790_000_030_000 + i, tenant, "p", "cc", "ns", "nsu", "pod", "uid", "main", "", "high", "",
-                        "topic", 0, i)
+    return CapacityFact(
+        fact_id=f"c{i}", cluster_id="cl", kind="allocated", gpu_uuid="GPU-1", device_id="GPU-1", node="n",
+        gpu_class="H100", mode="exclusive", profile="", capacity_fraction=1.0, valid_from_ms=1_790_000_000_000 + i,
+        valid_to_ms=1_790_000_030_000 + i, tenant_id=tenant, project_id="p", cost_center="cc", namespace="ns",
+        namespace_uid="nsu", pod_name="pod", pod_uid="uid", container="main", endpoint_id="", confidence="high",
+        reason="", src_topic="topic", src_partition=0, src_offset=i)
 
 
 def _util(i: int) -> UtilizationFact:
-    return UtilizationFact(f"u{i}", "cl", "GPU-1", "n", 1_790_000_000_000 + i, 10_000, 0.5, None, 100.0, None, "c0",
-                           "allocated", "t", "p", "ns", "pod", "uid", "high", "", "topic", 0, i)
+    return UtilizationFact(
+        fact_id=f"u{i}", cluster_id="cl", gpu_uuid="GPU-1", device_id="GPU-1", node="n",
+        observed_at_ms=1_790_000_000_000 + i, span_ms=10_000, sm_active_ratio=0.5, fb_used_bytes=None, power_w=100.0,
+        energy_j=None, capacity_fact_id="c0", kind="allocated", tenant_id="t", project_id="p", namespace="ns",
+        pod_name="pod", pod_uid="uid", confidence="high", reason="", src_topic="topic", src_partition=0, src_offset=i)
 
 
 class ChStore:

@@ -17,13 +17,16 @@ def test_real_h100_k8s_scrape():
     assert gpu0.sm_active_ratio == 0.0  # DCGM_FI_DEV_GPU_UTIL 0 % (no PROF fields in this scrape)
 
 
-def test_real_mig_scrape_units_and_mig_series_skipped():
+def test_real_mig_scrape_units_and_the_instance_kept_apart_from_its_parent():
     parsed = parse_exposition((FIXTURES / "dcgm-metrics-mig-a100.txt").read_text())
-    (gpu,) = parsed.samples
+    gpu, instance = parsed.samples
+    assert gpu.gpu_instance_id is None
     assert gpu.fb_used_bytes == 4845 * 1024 * 1024  # MiB -> bytes
     assert gpu.energy_j == pytest.approx(319159.391)  # mJ -> J
     assert gpu.sm_active_ratio == pytest.approx(0.995630)  # GR_ENGINE_ACTIVE when SM_ACTIVE is absent
-    assert parsed.skipped == {"MIG instance series": 1}
+    assert (instance.gpu_uuid, instance.gpu_instance_id) == (gpu.gpu_uuid, 13)  # parent UUID + GPU_I_ID
+    assert instance.sm_active_ratio == pytest.approx(0.995687)
+    assert parsed.skipped == {}
 
 
 def test_sentinels_dropped_and_both_uuid_spellings():

@@ -1,0 +1,144 @@
+"""Capacity facts for one node's PodResources segment ``[start, end)``.
+
+Every capacity unit of every inventory GPU on the node gets facts covering the segment:
+``allocated`` (to the pod the snapshot named, resolved by UID as of the snapshot time, and
+to the namespace's tenant as of each instant), ``unallocated`` or ``unavailable``. Pieces
+are cut where a maintenance window, a pod's end or a namespace owner change falls inside
+the segment. MIG weights above 1 GPU are flagged with an ``over_allocated`` fact, never
+clipped. A device held but absent from the inventory is kept, unattributed, with a reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuledger.domain.facts import CapacityFact, SourcePos, fact_id
+from gpuledger.domain.inventory import GpuEntry, Inventory, Unavailability
+from gpuledger.domain.k8s import OwnershipBook, PodLife
+from gpuledger.domain.units import Unit, units_of
+
+__all__ = ["Holders", "Piece", "segment_facts"]
+
+Holders = dict[str, tuple[str, str, str, str]]  # device id -> (namespace, pod, container, resource)
+
+
+@dataclass
+class Piece:
+    """A capacity fact as samples need it for lookups."""
+
+    start_ms: int
+    end_ms: int
+    fact_id: str
+    kind: str
+    tenant_id: str
+    project_id: str
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    confidence: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Segment:
+    cluster_id: str
+    node: str
+    start: int
+    end: int
+    pos: SourcePos
+
+
+def segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: str, start: int, end: int,
+                  holders: Holders, pos: SourcePos) -> list[tuple[str, CapacityFact, Piece]]:
+    """(device id, fact, piece) for every unit of the node's GPUs over the segment."""
+    seg = _Segment(cluster_id, node, start, end, pos)
+    out: list[tuple[str, CapacityFact, Piece]] = []
+    known: set[str] = set()
+    for gpu in inv.gpus:
+        if gpu.node != node or gpu.valid_from_ms >= end or (gpu.valid_to_ms is not None and gpu.valid_to_ms <= start):
+            continue
+        a0, b0 = max(start, gpu.valid_from_ms), min(end, gpu.valid_to_ms if gpu.valid_to_ms is not None else end)
+        units, excess = units_of(inv, gpu)
+        unavail = inv.unavailable_windows(gpu.gpu_uuid, a0, b0)
+        for unit in units:
+            known.add(unit.device_id)
+            holder = holders.get(unit.device_id) if unit.allocatable else None
+            out += _unit_facts(book, seg, gpu, unit, a0, b0, holder, unavail)
+        if excess > 0:
+            reason = f"MIG instance weights sum to {1 + excess:.6f} GPU: over-allocated"
+            out.append(_fact(seg, gpu.gpu_uuid, gpu.gpu_uuid + "/over-allocation", gpu.gpu_class, "mig", "", excess,
+                             a0, b0, "over_allocated", None, "", reason))
+    for device in sorted(set(holders) - known):
+        if device.startswith(("GPU-", "MIG-")):
+            whole = device.startswith("GPU-") and "::" not in device
+            unit = Unit(device, 1.0 if whole else 0.0, "exclusive" if whole else "unknown", "", "unattributed")
+            reason = f"device {device} is not in the inventory"
+            out += _unit_facts(book, seg, None, unit, start, end, holders[device], [], reason)
+    return out
+
+
+def _unit_facts(book: OwnershipBook, seg: _Segment, gpu: GpuEntry | None, unit: Unit, a0: int, b0: int,
+                holder, unavail: list[Unavailability], forced_reason: str = "") -> list[tuple[str, CapacityFact, Piece]]:
+    cuts = {a0, b0}
+    for u in unavail:
+        cuts.update(t for t in (u.from_ms, u.to_ms) if a0 < t < b0)
+    pod = book.pod_at(holder[0], holder[1], seg.start) if holder else None
+    if pod is not None:
+        if pod.end_ms is not None and a0 < pod.end_ms < b0:
+            cuts.add(pod.end_ms)
+        cuts.update(book.namespace_changes(pod.namespace, a0, b0))
+    bounds = sorted(cuts)
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        window = next((u for u in unavail if u.from_ms <= a < u.to_ms), None)
+        gpu_uuid = gpu.gpu_uuid if gpu else unit.device_id.split("::")[0]
+        gpu_class = gpu.gpu_class if gpu else "unknown"
+        if window is not None:
+            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+                             "unavailable", None, "", window.reason or "unavailable"))
+        elif not unit.allocatable:
+            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+                             "unallocated", None, "", "MIG capacity in no instance (fragmentation)"))
+        elif holder is None or (pod is not None and pod.end_ms is not None and pod.end_ms <= a):
+            reason = "" if holder is None else "holding pod had ended"
+            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+                             "unallocated", None, "", reason))
+        else:
+            owner, confidence, reason = _owner(book, holder, pod, a, unit.confidence)
+            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+                             "allocated", owner, confidence if not forced_reason else "unattributed",
+                             forced_reason or reason))
+    return out
+
+
+def _owner(book: OwnershipBook, holder, pod: PodLife | None, t_ms: int, confidence: str) -> tuple[dict, str, str]:
+    owner = {"namespace": holder[0], "pod_name": holder[1], "container": holder[2]}
+    if pod is None:
+        return owner, "unattributed", f"no pod {holder[0]}/{holder[1]} known at the snapshot time"
+    owner.update(pod_uid=pod.uid, endpoint_id=pod.endpoint_id)
+    ns = book.namespace_at(pod.namespace, t_ms)
+    if ns is None:
+        return owner, "unattributed", f"namespace {pod.namespace} unknown at that time"
+    owner["namespace_uid"] = ns.uid
+    if not ns.tenant_id:
+        return owner, "unattributed", f"namespace {pod.namespace} has no gpuledger.io/tenant label"
+    owner.update(tenant_id=ns.tenant_id, project_id=ns.project_id, cost_center=ns.cost_center)
+    return owner, confidence, ""
+
+
+_NO_OWNER = {"tenant_id": "", "project_id": "", "cost_center": "", "namespace": "", "namespace_uid": "",
+             "pod_name": "", "pod_uid": "", "container": "", "endpoint_id": ""}
+
+
+def _fact(seg: _Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode: str, profile: str, fraction: float,
+          a: int, b: int, kind: str, owner: dict | None, confidence: str, reason: str) -> tuple[str, CapacityFact, Piece]:
+    who = {**_NO_OWNER, **(owner or {})}
+    fid = fact_id("capacity", seg.cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"])
+    fact = CapacityFact(
+        fact_id=fid, cluster_id=seg.cluster_id, kind=kind, gpu_uuid=gpu_uuid, device_id=device_id, node=seg.node,
+        gpu_class=gpu_class, mode=mode, profile=profile, capacity_fraction=fraction, valid_from_ms=a, valid_to_ms=b,
+        confidence=confidence, reason=reason, src_topic=seg.pos.topic, src_partition=seg.pos.partition,
+        src_offset=seg.pos.offset, **who)
+    piece = Piece(a, b, fid, kind, who["tenant_id"], who["project_id"], who["namespace"], who["pod_name"],
+                  who["pod_uid"], confidence, reason)
+    return device_id, fact, piece

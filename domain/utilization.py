@@ -1,0 +1,51 @@
+"""Which capacity unit(s) a DCGM device sample belongs to, as of its event time.
+
+An exclusive GPU's sample goes to the GPU; a MIG instance's sample (parent UUID +
+``GPU_I_ID``) to that instance; the parent-level series of a MIG GPU to nobody (its
+instances carry the attribution, so it is never counted twice). A time-sliced GPU's one
+physical series is shared by all replicas, each at its modeled 1/N: it is never summed
+per sharing pod.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from gpuledger.domain.capacity import Piece
+from gpuledger.domain.dcgm import DeviceSample
+from gpuledger.domain.inventory import Inventory
+
+__all__ = ["lookup", "sample_targets"]
+
+
+def _start(piece: Piece) -> int:
+    return piece.start_ms
+
+
+def lookup(pieces: Sequence[Piece], t_ms: int) -> Piece | None:
+    i = bisect.bisect_right(pieces, t_ms, key=_start) - 1
+    if i >= 0 and pieces[i].start_ms <= t_ms < pieces[i].end_ms:
+        return pieces[i]
+    return None
+
+
+def sample_targets(inv: Inventory, pieces: dict[str, list[Piece]], node: str, t_ms: int,
+                   s: DeviceSample) -> list[tuple[str, Piece | None, str]]:
+    """(device id, covering piece or None, reason when None is final)."""
+    gpu = inv.gpu(s.gpu_uuid, t_ms)
+    if gpu is None:
+        return [(s.gpu_uuid, None, f"GPU {s.gpu_uuid} on {node} is not in the inventory")]
+    if gpu.mode == "exclusive":
+        return [(s.gpu_uuid, lookup(pieces.get(s.gpu_uuid, ()), t_ms), "")]
+    if gpu.mode == "mig":
+        if s.gpu_instance_id is None:
+            return [(s.gpu_uuid, None, "MIG parent GPU: its instances carry the attribution")]
+        mig = next((m for m in gpu.mig_devices if m.gpu_instance_id == s.gpu_instance_id), None)
+        if mig is None:
+            return [(s.gpu_uuid, None, f"no MIG instance {s.gpu_instance_id} of {s.gpu_uuid} in the inventory")]
+        return [(mig.mig_uuid, lookup(pieces.get(mig.mig_uuid, ()), t_ms), "")]
+    if gpu.mode == "timeslice":
+        return [(f"{s.gpu_uuid}::{k}", lookup(pieces.get(f"{s.gpu_uuid}::{k}", ()), t_ms), "")
+                for k in range(gpu.timeslice_replicas)]
+    return [(s.gpu_uuid, None, "vGPU host GPU: attributed through vGPU assignments")]

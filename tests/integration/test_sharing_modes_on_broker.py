@@ -1,0 +1,36 @@
+"""MIG (two profiles, a re-partition mid-run) and time-slicing (4 replicas, two tenants)
+through the real broker, the faust worker and the ClickHouse engine."""
+
+import orjson
+import pytest
+
+from gpuledger.demo.cluster import write_capture
+from plans import SHARING_PROFILE_HOURS, SHARING_TRUTH, expected_sharing_active_hours, sharing_plan
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def showback(stack, tmp_path):
+    plan = sharing_plan()
+    stack.run("ingest", str(write_capture(plan, tmp_path / "capture")))
+    stack.run("process", "--until-caught-up")
+    out = stack.run("showback", "--from", "2026-10-01T00:00:00Z", "--to", "2026-10-01T03:00:00Z", "--format", "json")
+    return plan, orjson.loads(out.stdout)
+
+
+def test_mig_and_timeslice_hours_shares_and_conservation(showback):
+    plan, doc = showback
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    for (tenant, mode), hours in SHARING_TRUTH.items():
+        assert tenants[tenant]["allocated_by_mode"][mode] == pytest.approx(hours, abs=1e-6)
+    for (tenant, profile), hours in SHARING_PROFILE_HOURS.items():
+        assert tenants[tenant]["mig_profile_hours"][profile] == pytest.approx(hours, abs=1e-6)
+    assert tenants["alpha"]["confidence_gpu_hours"]["modeled"] == pytest.approx(0.5, abs=1e-6)
+    assert tenants["alpha"]["confidence_gpu_hours"]["high"] == pytest.approx(3 / 7, abs=1e-6)
+    for tenant, hours in expected_sharing_active_hours(plan).items():
+        assert tenants[tenant]["active_gpu_hours"] == pytest.approx(hours, rel=0.005)
+    p = doc["platform"]
+    assert p["physical_gpu_hours"] == pytest.approx(6.0, abs=1e-9)  # two physical GPUs, never more
+    assert p["physical_gpu_hours"] == pytest.approx(p["allocated_gpu_hours"] + p["unallocated_gpu_hours"], abs=1e-9)
+    assert p["difference_gpu_hours"] == 0 and p["over_allocated_gpu_hours"] == 0
