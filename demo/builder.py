@@ -56,7 +56,7 @@ def namespace_object(name: str, uid: str, created_ms: int, tenant: str | None, p
 
 
 def pod_object(namespace: str, name: str, uid: str, node: str, created_ms: int, gpus: int, phase: str = "Running",
-               rv: int = 1, endpoint: str = "") -> dict:
+               rv: int = 1, endpoint: str = "") -> dict:  # noqa: PLR0913
     labels = {"app.kubernetes.io/name": name.rsplit("-", 1)[0]}
     if endpoint:
         labels["gpuledger.io/endpoint"] = endpoint
@@ -154,8 +154,18 @@ class CaptureWriter:
         self.line("dcgm.jsonl", {"observed_at": format_rfc3339(t_ms), "node": node,
                                  "exposition": dcgm_exposition(node, readings)})
 
+    def vgpu_snapshot(self, t_ms: int, host: str, vgpus: list[dict]) -> None:
+        self.line("vgpu.jsonl", {"observed_at": format_rfc3339(t_ms), "host": host, "vgpus": vgpus})
+
+    def request(self, obj: dict) -> None:
+        self.line("requests.jsonl", obj)
+
+    def document(self, name: str, doc) -> None:
+        (self.root / name).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
     def inventory(self, gpus: list[GpuSpec], valid_from_ms: int, unavailable: list[dict] | None = None,
-                  shared: list[dict] | None = None, mig_profile_weights: dict | None = None) -> None:
+                  shared: list[dict] | None = None, mig_profile_weights: dict | None = None,
+                  vgpu_profile_weights: dict | None = None) -> None:
         """Exclusive entries for ``gpus`` except those ``shared`` (MIG/time-slice entries) describes."""
         special = {e["gpu_uuid"] for e in shared or []}
         entries = [{"gpu_uuid": g.uuid, "node": g.node, "model": g.model, "gpu_class": g.gpu_class,
@@ -163,7 +173,7 @@ class CaptureWriter:
                    for g in gpus if g.uuid not in special]
         (self.root / "inventory.json").write_bytes(orjson.dumps({
             "gpus": entries + list(shared or []),
-            "mig_profile_weights": mig_profile_weights or {}, "vgpu_profile_weights": {},
+            "mig_profile_weights": mig_profile_weights or {}, "vgpu_profile_weights": vgpu_profile_weights or {},
             "unavailable": unavailable or [],
         }, option=orjson.OPT_INDENT_2))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from gpuledger.demo.builder import CaptureWriter, GpuSpec, namespace_object, pod_object
 from gpuledger.domain.timeutil import format_rfc3339
 
-__all__ = ["ClusterPlan", "MigLayout", "NamespacePlan", "PodPlan", "SharedGpu", "write_capture"]
+__all__ = ["ClusterPlan", "MigLayout", "NamespacePlan", "PodPlan", "SharedGpu", "VmPlan", "write_capture"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class PodPlan:
     end_ms: int
     sm_active: float  # mean SM-active ratio while running
     devices: tuple[str, ...] = ()  # explicit device ids (MIG-..., GPU-...::k) instead of whole GPUs
+    endpoint: str = ""  # gpuledger.io/endpoint label: a shared model endpoint's serving pod
 
     def sm_at(self, gpu_index: int, t_ms: int) -> float:
         """Deterministic, bounded variation around the mean."""
@@ -73,6 +74,25 @@ class SharedGpu:
 
 
 @dataclass(frozen=True)
+class VmPlan:
+    """A VM with one vGPU on a vGPU host; ``owners`` re-assign it over time."""
+
+    host: str
+    vm_name: str
+    vm_uuid: str
+    vgpu_uuid: str
+    physical: GpuSpec
+    profile: str
+    start_ms: int
+    end_ms: int
+    owners: tuple[tuple[int, str], ...]  # (from_ms, tenant)
+    sm_active: float
+
+    def owner_at(self, t_ms: int) -> str:
+        return [tenant for start, tenant in self.owners if start <= t_ms][-1]
+
+
+@dataclass(frozen=True)
 class NamespacePlan:
     name: str
     uid: str
@@ -102,6 +122,11 @@ class ClusterPlan:
     bookmark_every_ms: int = 60_000
     cluster_id: str = "prod-ai-1"
     shared: list[SharedGpu] = field(default_factory=list)
+    vms: list[VmPlan] = field(default_factory=list)
+    vgpu_gpus: list[GpuSpec] = field(default_factory=list)  # physical GPUs of vGPU hosts
+    vgpu_profile_weights: dict = field(default_factory=dict)
+    requests: list[dict] = field(default_factory=list)  # requests.jsonl lines, verbatim
+    ratecards: list[dict] = field(default_factory=list)
 
     def shared_gpu(self, gpu_uuid: str) -> SharedGpu | None:
         return next((g for g in self.shared if g.gpu.uuid == gpu_uuid), None)
@@ -129,12 +154,12 @@ def _watch_events(plan: ClusterPlan) -> list[tuple[int, int, str, dict]]:
     for p in plan.pods:
         created = p.start_ms - 5_000
         shown = max(created, plan.start_ms)
-        events.append((shown, 1, "ADDED", pod_object(p.namespace, p.name, p.uid, p.node, created, len(p.gpus), "Pending")))
-        events.append((max(p.start_ms, plan.start_ms), 1, "MODIFIED",
-                       pod_object(p.namespace, p.name, p.uid, p.node, created, len(p.gpus), "Running")))
-        if p.end_ms <= plan.end_ms:
-            events.append((p.end_ms, 1, "DELETED",
-                           pod_object(p.namespace, p.name, p.uid, p.node, created, len(p.gpus), "Succeeded")))
+        n = len(p.gpus) or len(p.devices)
+        for t, kind, phase in ((shown, "ADDED", "Pending"), (max(p.start_ms, plan.start_ms), "MODIFIED", "Running"),
+                               (p.end_ms, "DELETED", "Succeeded")):
+            if t <= plan.end_ms:
+                events.append((t, 1, kind, pod_object(p.namespace, p.name, p.uid, p.node, created, n, phase,
+                                                      endpoint=p.endpoint)))
     events.sort(key=lambda e: (e[0], e[1]))
     return events
 
@@ -143,7 +168,12 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
     w = CaptureWriter(root, plan.cluster_id)
     w.inventory(plan.all_gpus(), plan.start_ms, [
         {"gpu_uuid": g, "from": format_rfc3339(a), "to": format_rfc3339(b), "reason": r}
-        for g, a, b, r in plan.unavailable], [e for sg in plan.shared for e in sg.inventory_entries()])
+        for g, a, b, r in plan.unavailable], [e for sg in plan.shared for e in sg.inventory_entries()] + [
+        {"gpu_uuid": g.uuid, "node": g.node, "model": g.model, "gpu_class": g.gpu_class, "mode": "vgpu",
+         "valid_from": format_rfc3339(plan.start_ms), "valid_to": None} for g in plan.vgpu_gpus],
+        vgpu_profile_weights=plan.vgpu_profile_weights)
+    if plan.ratecards:
+        w.document("ratecards.json", plan.ratecards)
     rv = 1000
     bookmarks = range(plan.start_ms, plan.end_ms + 1, plan.bookmark_every_ms)
     merged = sorted([(t, 0, k, o) for t, _, k, o in _watch_events(plan)] + [(t, 1, "BOOKMARK", None) for t in bookmarks],
@@ -178,6 +208,20 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
                     continue
                 readings += _readings(plan, by_node[node], g, t)
             w.scrape(t, node, readings)
+        for vm in plan.vms:  # dcgm-exporter inside each VM sees its vGPU, "GRID <profile>"
+            if vm.start_ms <= t < vm.end_ms:
+                guest = GpuSpec(vm.vgpu_uuid, vm.vm_name, 0, f"GRID {vm.profile}", vm.physical.gpu_class)
+                w.scrape(t, vm.vm_name, [(guest, vm.sm_active, {})])
+    for t in range(plan.start_ms, plan.end_ms + 1, plan.snapshot_every_ms) if plan.vms else ():
+        for host in sorted({vm.host for vm in plan.vms}):
+            w.vgpu_snapshot(t, host, [
+                {"vgpu_uuid": vm.vgpu_uuid, "physical_gpu_uuid": vm.physical.uuid, "profile": vm.profile,
+                 "vm_uuid": vm.vm_uuid, "vm_name": vm.vm_name,
+                 "owner": {"tenant_id": vm.owner_at(t), "project_id": f"{vm.owner_at(t)}-vms",
+                           "cost_center": f"cc-{vm.owner_at(t)}"}}
+                for vm in plan.vms if vm.host == host and vm.start_ms <= t < vm.end_ms])
+    for line in sorted(plan.requests, key=lambda r: r["observed_at"]):
+        w.request(line)
     w.close()
     progress(f"generate: capture written to {root}")
     return root

@@ -24,7 +24,9 @@ from gpuledger.domain.facts import CapacityFact, SourcePos, UtilizationFact, fac
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.podresources import device_holders
-from gpuledger.domain.utilization import sample_targets
+from gpuledger.domain.requests import RequestFact, request_fact
+from gpuledger.domain.utilization import lookup, sample_targets
+from gpuledger.domain.vgpu import vgpu_holders, vgpu_segment_facts
 
 __all__ = ["Attributor", "Counters"]
 
@@ -68,11 +70,17 @@ class Attributor:
         self.inventory: Inventory | None = None
         self.inventory_doc: dict | None = None
         self.nodes: dict[str, NodeState] = {}
+        self.vgpu_hosts: dict[str, NodeState] = {}
+        self.vgpu_index: dict[str, str] = {}  # vgpu uuid -> host
+        self.guest_pending: list = []  # [t, row, pos, node] of samples taken inside vGPU guests
+        self.guest_wm: dict[str, int] = {}  # vgpu uuid -> latest guest sample time
         self.k8s_watermark_ms = NEG_INF
         self.pr_watermark_ms = NEG_INF
+        self.vgpu_watermark_ms = NEG_INF
         self.counters = Counters()
         self._capacity_out: list[CapacityFact] = []
         self._util_out: list[UtilizationFact] = []
+        self._request_out: list[RequestFact] = []
 
     # -- inputs ------------------------------------------------------------------
     def apply_inventory(self, doc: dict) -> None:
@@ -98,34 +106,64 @@ class Attributor:
             st.final_until_ms = observed_at_ms
         st.last_ms, st.last_holders, st.last_pos = observed_at_ms, holders, (pos.topic, pos.partition, pos.offset)
 
+    def apply_vgpu(self, host: str, vgpus: list[dict], observed_at_ms: int, pos: SourcePos) -> None:
+        holders = vgpu_holders(vgpus)
+        st = self.vgpu_hosts.setdefault(host, NodeState())
+        if st.last_ms is not None and observed_at_ms <= st.last_ms:
+            self.counters.stale_snapshots += 1
+            return
+        self.counters.snapshots += 1
+        self.vgpu_index.update(dict.fromkeys(holders, host))
+        if st.last_ms is not None:
+            st.pending_segments.append([st.last_ms, observed_at_ms, st.last_holders, list(st.last_pos)])
+        else:
+            st.first_snapshot_ms = st.final_until_ms = observed_at_ms
+        st.last_ms, st.last_holders, st.last_pos = observed_at_ms, holders, (pos.topic, pos.partition, pos.offset)
+
     def apply_dcgm(self, node: str, exposition: str, observed_at_ms: int, pos: SourcePos) -> dict[str, int]:
         """Parse a scrape and queue its samples; returns series skipped, by reason."""
         parsed = parse_exposition(exposition)
         st = self.nodes.setdefault(node, NodeState())
-        rows = [[s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j]
-                for s in parsed.samples]
+        rows = []
+        for s in parsed.samples:
+            row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model]
+            if s.gpu_uuid in self.vgpu_index or s.model.startswith("GRID "):
+                self.guest_pending.append([observed_at_ms, row, [pos.topic, pos.partition, pos.offset], node])
+                self.guest_wm[s.gpu_uuid] = max(self.guest_wm.get(s.gpu_uuid, NEG_INF), observed_at_ms)
+                self.counters.samples += 1
+            else:
+                rows.append(row)
         st.pending_scrapes.append([observed_at_ms, rows, [pos.topic, pos.partition, pos.offset]])
         st.dcgm_wm_ms = max(st.dcgm_wm_ms, observed_at_ms)
         self.counters.scrapes += 1
         self.counters.samples += len(rows)
         return parsed.skipped
 
-    def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int) -> None:
+    def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int, vgpu_watermark_ms: int = NEG_INF) -> None:
         """Move the watermarks forward (never back) and emit whatever became final."""
         self.k8s_watermark_ms = max(self.k8s_watermark_ms, k8s_watermark_ms)
         self.pr_watermark_ms = max(self.pr_watermark_ms, podresources_watermark_ms)
+        self.vgpu_watermark_ms = max(self.vgpu_watermark_ms, vgpu_watermark_ms)
         for node in sorted(self.nodes):
             st = self.nodes[node]
             self._finalize_segments(node, st)
             self._attribute_samples(node, st)
+        if self.inventory is not None:
+            for host in sorted(self.vgpu_hosts):
+                self._finalize_vgpu(host, self.vgpu_hosts[host])
+        self._attribute_guest_samples()
 
-    def drain(self) -> tuple[list[CapacityFact], list[UtilizationFact]]:
-        cap, util = self._capacity_out, self._util_out
-        self._capacity_out, self._util_out = [], []
-        return cap, util
+    def apply_request(self, record: dict, pos: SourcePos) -> None:
+        """A finished request is a fact at once: it names its tenant itself."""
+        self._request_out.append(request_fact(record, pos))
+
+    def drain(self) -> tuple[list[CapacityFact], list[UtilizationFact], list[RequestFact]]:
+        out = self._capacity_out, self._util_out, self._request_out
+        self._capacity_out, self._util_out, self._request_out = [], [], []
+        return out
 
     def pending_samples(self) -> int:
-        return sum(len(r[1]) for st in self.nodes.values() for r in st.pending_scrapes)
+        return sum(len(r[1]) for st in self.nodes.values() for r in st.pending_scrapes) + len(self.guest_pending)
 
     # -- capacity ------------------------------------------------------------------
     def _finalize_segments(self, node: str, st: NodeState) -> None:
@@ -147,6 +185,46 @@ class Attributor:
             self.counters.capacity_facts += 1
             st.pieces.setdefault(device, []).append(piece)
 
+    def _finalize_vgpu(self, host: str, st: NodeState) -> None:
+        assert self.inventory is not None
+        while st.pending_segments:  # a vGPU snapshot names its owners itself: no watch to wait for
+            start, end, holders, pos = st.pending_segments.pop(0)
+            if end - start > self.node_grace_ms:
+                st.gaps.append([start, end])
+            else:
+                for device, fact, piece in vgpu_segment_facts(self.inventory, self.cluster_id, host, start, end,
+                                                              holders, SourcePos(*pos)):
+                    self._capacity_out.append(fact)
+                    self.counters.capacity_facts += 1
+                    st.pieces.setdefault(device, []).append(piece)
+            st.final_until_ms = end
+
+    def _attribute_guest_samples(self) -> None:
+        keep = []
+        for scrape in self.guest_pending:
+            t, row, pos, node = scrape
+            host = self.vgpu_index.get(row[0])
+            st = self.vgpu_hosts.get(host) if host else None
+            if st is not None and st.first_snapshot_ms is not None and st.first_snapshot_ms <= t < st.final_until_ms:
+                piece = lookup(st.pieces.get(row[0], ()), t)
+                self._emit_guest(node, t, DeviceSample(*row), SourcePos(*pos), piece, "" if piece else (
+                    "no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
+                    else f"vGPU {row[0]} not in the snapshot covering this sample"))
+            elif t + self.node_grace_ms <= self.vgpu_watermark_ms and (st is None or st.last_ms is None or t >= st.last_ms):
+                self._emit_guest(node, t, DeviceSample(*row), SourcePos(*pos), None,
+                                 f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace")
+            else:
+                keep.append(scrape)
+        self.guest_pending = keep
+        for host, st in self.vgpu_hosts.items():
+            for device, pieces in st.pieces.items():
+                horizon = self.guest_wm.get(device, NEG_INF) - self.node_grace_ms
+                while pieces and pieces[0].end_ms < horizon and not any(p[1][0] == device for p in keep):
+                    pieces.pop(0)
+
+    def _emit_guest(self, node: str, t: int, s: DeviceSample, pos: SourcePos, piece, reason: str) -> None:
+        self._emit_targets(node, t, s, pos, [(s.gpu_uuid, piece, reason)], "")
+
     # -- utilization ---------------------------------------------------------------
     def _attribute_samples(self, node: str, st: NodeState) -> None:
         keep = []
@@ -165,13 +243,15 @@ class Attributor:
         self._prune(st)
 
     def _emit_sample(self, node: str, st: NodeState, t: int, s: DeviceSample, pos: SourcePos, reason: str) -> None:
-        assert self.inventory is not None or reason
         targets = ([(s.gpu_uuid, None, reason)] if reason or self.inventory is None
                    else sample_targets(self.inventory, st.pieces, node, t, s))
+        gap = "no PodResources evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps) else ""
+        self._emit_targets(node, t, s, pos, targets, gap)
+
+    def _emit_targets(self, node: str, t: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str) -> None:
         for device, piece, why in targets:
             if piece is None and not why:
-                inside_gap = any(a <= t < b for a, b in st.gaps)
-                why = "no PodResources evidence (snapshot gap)" if inside_gap else f"no capacity fact covers {device}"
+                why = gap_reason or f"no capacity fact covers {device}"
             if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
                 confidence, kind = piece.confidence, "allocated"
                 self.counters.samples_attributed += 1
@@ -206,19 +286,12 @@ class Attributor:
     # -- checkpoint state ------------------------------------------------------------
     def to_state(self) -> dict:
         return {
-            "cluster_id": self.cluster_id,
-            "book": self.book.to_state(),
-            "inventory": self.inventory_doc,
-            "k8s_wm": self.k8s_watermark_ms,
-            "pr_wm": self.pr_watermark_ms,
+            "cluster_id": self.cluster_id, "book": self.book.to_state(), "inventory": self.inventory_doc,
+            "k8s_wm": self.k8s_watermark_ms, "pr_wm": self.pr_watermark_ms, "vgpu_wm": self.vgpu_watermark_ms,
             "counters": vars(self.counters),
-            "nodes": {n: {
-                "last_ms": s.last_ms, "last_holders": s.last_holders, "last_pos": list(s.last_pos),
-                "pending_segments": s.pending_segments, "final_until_ms": s.final_until_ms,
-                "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps,
-                "pieces": {d: [vars(p) for p in ps] for d, ps in s.pieces.items()},
-                "pending_scrapes": s.pending_scrapes, "dcgm_wm_ms": s.dcgm_wm_ms,
-            } for n, s in self.nodes.items()},
+            "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
+            "nodes": {n: _node_state(s) for n, s in self.nodes.items()},
+            "vgpu_hosts": {h: _node_state(s) for h, s in self.vgpu_hosts.items()},
         }
 
     @classmethod
@@ -228,13 +301,31 @@ class Attributor:
         if state.get("inventory") is not None:
             att.apply_inventory(state["inventory"])
         att.k8s_watermark_ms, att.pr_watermark_ms = state["k8s_wm"], state["pr_wm"]
+        att.vgpu_watermark_ms = state.get("vgpu_wm", NEG_INF)
         att.counters = Counters(**state["counters"])
-        for n, s in state["nodes"].items():
-            att.nodes[n] = NodeState(
-                last_ms=s["last_ms"], last_holders={k: tuple(v) for k, v in s["last_holders"].items()},
-                last_pos=tuple(s["last_pos"]),
-                pending_segments=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s["pending_segments"]],
-                final_until_ms=s["final_until_ms"], first_snapshot_ms=s["first_snapshot_ms"], gaps=s["gaps"],
-                pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},
-                pending_scrapes=s["pending_scrapes"], dcgm_wm_ms=s["dcgm_wm_ms"])
+        att.vgpu_index = dict(state.get("vgpu_index", {}))
+        att.guest_pending = list(state.get("guest_pending", []))
+        att.guest_wm = dict(state.get("guest_wm", {}))
+        att.nodes = {n: _node_from(s) for n, s in state["nodes"].items()}
+        att.vgpu_hosts = {h: _node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att
+
+
+def _node_state(s: NodeState) -> dict:
+    return {
+        "last_ms": s.last_ms, "last_holders": s.last_holders, "last_pos": list(s.last_pos),
+        "pending_segments": s.pending_segments, "final_until_ms": s.final_until_ms,
+        "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps,
+        "pieces": {d: [vars(p) for p in ps] for d, ps in s.pieces.items()},
+        "pending_scrapes": s.pending_scrapes, "dcgm_wm_ms": s.dcgm_wm_ms,
+    }
+
+
+def _node_from(s: dict) -> NodeState:
+    return NodeState(
+        last_ms=s["last_ms"], last_holders={k: tuple(v) for k, v in s["last_holders"].items()},
+        last_pos=tuple(s["last_pos"]),
+        pending_segments=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s["pending_segments"]],
+        final_until_ms=s["final_until_ms"], first_snapshot_ms=s["first_snapshot_ms"], gaps=s["gaps"],
+        pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},
+        pending_scrapes=s["pending_scrapes"], dcgm_wm_ms=s["dcgm_wm_ms"])

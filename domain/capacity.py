@@ -17,7 +17,7 @@ from gpuledger.domain.inventory import GpuEntry, Inventory, Unavailability
 from gpuledger.domain.k8s import OwnershipBook, PodLife
 from gpuledger.domain.units import Unit, units_of
 
-__all__ = ["Holders", "Piece", "segment_facts"]
+__all__ = ["Holders", "Piece", "Segment", "make_fact", "segment_facts"]
 
 Holders = dict[str, tuple[str, str, str, str]]  # device id -> (namespace, pod, container, resource)
 
@@ -40,7 +40,7 @@ class Piece:
 
 
 @dataclass(frozen=True)
-class _Segment:
+class Segment:
     cluster_id: str
     node: str
     start: int
@@ -51,7 +51,7 @@ class _Segment:
 def segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: str, start: int, end: int,
                   holders: Holders, pos: SourcePos) -> list[tuple[str, CapacityFact, Piece]]:
     """(device id, fact, piece) for every unit of the node's GPUs over the segment."""
-    seg = _Segment(cluster_id, node, start, end, pos)
+    seg = Segment(cluster_id, node, start, end, pos)
     out: list[tuple[str, CapacityFact, Piece]] = []
     known: set[str] = set()
     for gpu in inv.gpus:
@@ -66,7 +66,7 @@ def segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: st
             out += _unit_facts(book, seg, gpu, unit, a0, b0, holder, unavail)
         if excess > 0:
             reason = f"MIG instance weights sum to {1 + excess:.6f} GPU: over-allocated"
-            out.append(_fact(seg, gpu.gpu_uuid, gpu.gpu_uuid + "/over-allocation", gpu.gpu_class, "mig", "", excess,
+            out.append(make_fact(seg, gpu.gpu_uuid, gpu.gpu_uuid + "/over-allocation", gpu.gpu_class, "mig", "", excess,
                              a0, b0, "over_allocated", None, "", reason))
     for device in sorted(set(holders) - known):
         if device.startswith(("GPU-", "MIG-")):
@@ -77,7 +77,7 @@ def segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: st
     return out
 
 
-def _unit_facts(book: OwnershipBook, seg: _Segment, gpu: GpuEntry | None, unit: Unit, a0: int, b0: int,
+def _unit_facts(book: OwnershipBook, seg: Segment, gpu: GpuEntry | None, unit: Unit, a0: int, b0: int,
                 holder, unavail: list[Unavailability], forced_reason: str = "") -> list[tuple[str, CapacityFact, Piece]]:
     cuts = {a0, b0}
     for u in unavail:
@@ -94,18 +94,18 @@ def _unit_facts(book: OwnershipBook, seg: _Segment, gpu: GpuEntry | None, unit: 
         gpu_uuid = gpu.gpu_uuid if gpu else unit.device_id.split("::")[0]
         gpu_class = gpu.gpu_class if gpu else "unknown"
         if window is not None:
-            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+            out.append(make_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
                              "unavailable", None, "", window.reason or "unavailable"))
         elif not unit.allocatable:
-            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+            out.append(make_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
                              "unallocated", None, "", "MIG capacity in no instance (fragmentation)"))
         elif holder is None or (pod is not None and pod.end_ms is not None and pod.end_ms <= a):
             reason = "" if holder is None else "holding pod had ended"
-            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+            out.append(make_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
                              "unallocated", None, "", reason))
         else:
             owner, confidence, reason = _owner(book, holder, pod, a, unit.confidence)
-            out.append(_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
+            out.append(make_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
                              "allocated", owner, confidence if not forced_reason else "unattributed",
                              forced_reason or reason))
     return out
@@ -127,13 +127,16 @@ def _owner(book: OwnershipBook, holder, pod: PodLife | None, t_ms: int, confiden
 
 
 _NO_OWNER = {"tenant_id": "", "project_id": "", "cost_center": "", "namespace": "", "namespace_uid": "",
-             "pod_name": "", "pod_uid": "", "container": "", "endpoint_id": ""}
+             "pod_name": "", "pod_uid": "", "container": "", "endpoint_id": "", "workload_kind": "pod"}
 
 
-def _fact(seg: _Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode: str, profile: str, fraction: float,
-          a: int, b: int, kind: str, owner: dict | None, confidence: str, reason: str) -> tuple[str, CapacityFact, Piece]:
+def make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode: str, profile: str, fraction: float,
+              a: int, b: int, kind: str, owner: dict | None, confidence: str, reason: str) -> tuple[str, CapacityFact, Piece]:
+    """One capacity fact and its lookup piece; the id hashes the unit, the bounds, the kind and
+    the holder's identity (pod and namespace UIDs, or VM and owner for a vGPU)."""
     who = {**_NO_OWNER, **(owner or {})}
-    fid = fact_id("capacity", seg.cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"])
+    fid = fact_id("capacity", seg.cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"],
+                  *([who["tenant_id"]] if who["workload_kind"] == "vm" else []))
     fact = CapacityFact(
         fact_id=fid, cluster_id=seg.cluster_id, kind=kind, gpu_uuid=gpu_uuid, device_id=device_id, node=seg.node,
         gpu_class=gpu_class, mode=mode, profile=profile, capacity_fraction=fraction, valid_from_ms=a, valid_to_ms=b,

@@ -34,6 +34,7 @@ class DeviceSample:
     fb_used_bytes: int | None
     power_w: float | None
     energy_j: float | None
+    model: str = ""  # modelName label: "GRID A100-40C" inside a vGPU guest
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ def _series(text: str):
 def parse_exposition(text: str) -> DcgmParse:
     """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
     per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
+    models: dict[tuple[str, int | None], str] = {}
     skipped: dict[str, int] = {}
     parsed = 0
     for name, labels, value in _series(text):
@@ -103,7 +105,9 @@ def parse_exposition(text: str) -> DcgmParse:
         if math.isnan(value) or abs(value) >= _SENTINEL_MIN:
             skipped["DCGM blank sentinel"] = skipped.get("DCGM blank sentinel", 0) + 1
             continue
-        per_gpu.setdefault((uuid, None if instance is None else int(instance)), {})[field] = value
+        key = (uuid, None if instance is None else int(instance))
+        per_gpu.setdefault(key, {})[field] = value
+        models.setdefault(key, labels.get("modelName", ""))
         parsed += 1
     samples = []
     for key in sorted(per_gpu, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
@@ -117,5 +121,6 @@ def parse_exposition(text: str) -> DcgmParse:
             fb_used_bytes=None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
             power_w=f.get("power_w"),
             energy_j=None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
+            model=models[key],
         ))
     return DcgmParse(samples, parsed, skipped)

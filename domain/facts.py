@@ -47,10 +47,11 @@ class CapacityFact:
     cost_center: str
     namespace: str
     namespace_uid: str
-    pod_name: str
+    pod_name: str  # the workload's name: a pod, or a VM for a vGPU (workload_kind says which)
     pod_uid: str
     container: str
     endpoint_id: str
+    workload_kind: str
     confidence: str
     reason: str
     src_topic: str

@@ -60,6 +60,12 @@ class Inventory:
     gpus: list[GpuEntry] = field(default_factory=list)
     unavailable: list[Unavailability] = field(default_factory=list)
     mig_profile_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    vgpu_profile_weights: dict[str, float] = field(default_factory=dict)
+
+    def vgpu_weight(self, profile: str) -> float | None:
+        """The approved share of a physical GPU for a vGPU profile; None when not approved."""
+        weight = self.vgpu_profile_weights.get(profile)
+        return None if weight is None else float(weight)
 
     def mig_weight(self, gpu_class: str, profile: str) -> float:
         """The approved weight of a MIG profile on a GPU class; default compute slices / 7."""
@@ -94,7 +100,11 @@ def parse_inventory(doc: dict) -> Inventory:
     weights = doc.get("mig_profile_weights") or {}
     if not isinstance(weights, dict) or not all(isinstance(v, dict) for v in weights.values()):
         raise InventoryError("mig_profile_weights must map GPU class -> {profile: weight}")
-    inv = Inventory(mig_profile_weights={c: {p: float(w) for p, w in ws.items()} for c, ws in weights.items()})
+    vgpu_weights = doc.get("vgpu_profile_weights") or {}
+    if not isinstance(vgpu_weights, dict):
+        raise InventoryError("vgpu_profile_weights must map vGPU profile -> weight")
+    inv = Inventory(mig_profile_weights={c: {p: float(w) for p, w in ws.items()} for c, ws in weights.items()},
+                    vgpu_profile_weights={p: float(w) for p, w in vgpu_weights.items()})
     for i, g in enumerate(doc["gpus"]):
         try:
             mode = str(g.get("mode", "exclusive"))

@@ -7,7 +7,10 @@ inputs are processed, never a made-up zero.
 
 from __future__ import annotations
 
-from gpuledger.domain.timeutil import format_rfc3339
+import orjson
+
+from gpuledger.domain.endpoints import MICRO, endpoint_weights, largest_remainder, weighted_units
+from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
 __all__ = ["build_showback", "render_csv", "render_table"]
 
@@ -23,8 +26,8 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
                 "tenant_id": tid, "allocated_gpu_hours": 0.0, "allocated_by_mode": dict.fromkeys(MODES, 0.0),
                 "mig_profile_hours": {}, "guaranteed_gpu_hours": None, "borrowed_gpu_hours": None,
                 "active_gpu_hours": 0.0, "idle_allocated_gpu_hours": 0.0, "telemetry_coverage": 0.0,
-                "covered_gpu_hours": 0.0, "service_share_gpu_hours": None,
-                "requests": None, "successful_requests": None, "input_tokens": None, "output_tokens": None,
+                "covered_gpu_hours": 0.0, "service_share_gpu_hours": 0.0, "endpoint_recovered_gpu_hours": 0.0,
+                "requests": 0, "successful_requests": 0, "input_tokens": 0, "output_tokens": 0,
                 "confidence_gpu_hours": {"high": 0.0, "medium": 0.0, "modeled": 0.0},
                 "cost": None,
             }
@@ -43,6 +46,22 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         e["covered_gpu_hours"] = covered
         e["active_gpu_hours"] = active
         e["idle_allocated_gpu_hours"] = max(0.0, covered - active)
+    work = []
+    for tid, ep, model, n, ok, tin, tout, queue, ttft, e2e in rows.get("productive_work", ()):
+        e = entry(tid)
+        e["requests"] += n
+        e["successful_requests"] += ok
+        e["input_tokens"] += tin
+        e["output_tokens"] += tout
+        work.append({"tenant_id": tid, "endpoint_id": ep, "model": model, "requests": n, "successful_requests": ok,
+                     "input_tokens": tin, "output_tokens": tout, "queue_s": _quantiles(queue),
+                     "ttft_s": _quantiles(ttft), "e2e_s": _quantiles(e2e)})
+    version, endpoints = _endpoints(rows)
+    for ep in endpoints:
+        entry(ep["owner_tenant_id"])["endpoint_recovered_gpu_hours"] += ep["recovered_gpu_hours"]
+        for share in ep["shares"]:
+            if share["tenant_id"] != ep["owner_tenant_id"]:
+                entry(share["tenant_id"])["service_share_gpu_hours"] += share["gpu_hours"]
     for e in tenants.values():
         e["telemetry_coverage"] = e["covered_gpu_hours"] / e["allocated_gpu_hours"] if e["allocated_gpu_hours"] else 0.0
 
@@ -73,11 +92,39 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         "period": {"from": format_rfc3339(rows["from_ms"]), "to": format_rfc3339(rows["to_ms"])},
         "as_of": format_rfc3339(rows["as_of_ms"]),
         "provisional": True,
-        "ratecard_version": None,
+        "ratecard_version": version,
         "tenants": listed,
-        "endpoints": [],
+        "endpoints": endpoints,
+        "productive_work": [w for w in work if tenant is None or w["tenant_id"] == tenant],
         "platform": platform,
     }
+
+
+def _quantiles(values) -> dict:
+    values = list(values or ())
+    keys = ("p50", "p95", "p99")
+    return dict(zip(keys, values)) if len(values) == 3 else dict.fromkeys(keys)
+
+
+def _endpoints(rows: dict) -> tuple[str | None, list[dict]]:
+    cards = [card for doc in rows.get("ratecards", ()) for card in orjson.loads(doc)]
+    version, w_in, w_out = endpoint_weights(cards, rows["from_ms"], parse_rfc3339_ms)
+    usage: dict[str, dict[str, tuple]] = {}
+    for ep, tid, n, ok, tin, tout in rows.get("endpoint_usage", ()):
+        usage.setdefault(ep, {})[tid] = (n, ok, tin, tout)
+    out = []
+    for ep, owner, hours in rows.get("endpoint_capacity", ()):
+        total = round(hours * MICRO)
+        units = {tid: weighted_units(tin, tout, w_in, w_out) for tid, (_, _, tin, tout) in usage.get(ep, {}).items()}
+        parts = largest_remainder(total, units)
+        whole = sum(units.values())
+        shares = [{"tenant_id": tid, "weighted_units": float(u), "share": float(u / whole) if whole else 0.0,
+                   "micro_gpu_hours": parts[tid], "gpu_hours": parts[tid] / MICRO, "cost": None}
+                  for tid, u in sorted(units.items())]
+        out.append({"endpoint_id": ep, "owner_tenant_id": owner, "allocated_gpu_hours": hours,
+                    "allocated_micro_gpu_hours": total, "cost": None, "shares": shares,
+                    "recovered_gpu_hours": sum(p for t, p in parts.items() if t != owner) / MICRO})
+    return version, out
 
 
 _COLUMNS = [("tenant", "tenant_id", "{}"), ("allocated_h", "allocated_gpu_hours", "{:.3f}"),

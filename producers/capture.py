@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuledger.domain.inventory import InventoryError, parse_inventory
 from gpuledger.domain.podresources import PodResourcesError, device_holders
@@ -108,8 +108,8 @@ class _RequestLine(_Line):
     tenant_id: str
     project_id: str = ""
     arrived_at: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
     queue_s: float | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None

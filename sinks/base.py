@@ -16,6 +16,7 @@ from typing import Protocol
 
 from gpuledger.domain.facts import CapacityFact, UtilizationFact
 from gpuledger.domain.inventory import Inventory
+from gpuledger.domain.requests import RequestFact
 
 __all__ = ["Checkpoint", "FactStore", "MemoryStore", "StoreError"]
 
@@ -32,7 +33,9 @@ class Checkpoint:
 
 
 class FactStore(Protocol):
-    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact]) -> None: ...
+    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact],
+                    requests: list[RequestFact]) -> None: ...
+    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None: ...
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None: ...
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None: ...
     def load_checkpoint(self, processor: str) -> Checkpoint | None: ...
@@ -44,12 +47,21 @@ class MemoryStore:
 
     capacity: dict[str, CapacityFact] = field(default_factory=dict)
     utilization: dict[str, UtilizationFact] = field(default_factory=dict)
+    requests: dict[str, RequestFact] = field(default_factory=dict)
+    references: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     inventory: dict[str, Inventory] = field(default_factory=dict)
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
 
-    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact]) -> None:
+    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact],
+                    requests: list[RequestFact]) -> None:
         self.capacity.update((f.fact_id, f) for f in capacity)
         self.utilization.update((f.fact_id, f) for f in utilization)
+        self.requests.update((f.fact_id, f) for f in requests)
+
+    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
+        current = self.references.get((cluster_id, kind))
+        if current is None or observed_at_ms >= current[0]:
+            self.references[(cluster_id, kind)] = (observed_at_ms, document)
 
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None:
         self.inventory[cluster_id] = inventory

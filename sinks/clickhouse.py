@@ -12,8 +12,9 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from gpuledger.domain.facts import CapacityFact, UtilizationFact
 from gpuledger.domain.inventory import Inventory
+from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, StoreError
-from gpuledger.sinks.schema_sql import CAPACITY_COLUMNS, UTILIZATION_COLUMNS, ddl_statements
+from gpuledger.sinks.schema_sql import CAPACITY_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS, ddl_statements
 
 __all__ = ["ClickHouseStore", "EngineLockedError"]
 
@@ -60,10 +61,16 @@ class ClickHouseStore:
         except ClickHouseError as exc:
             raise StoreError(f"insert into {self.db}.{table} failed: {str(exc).splitlines()[0]}") from exc
 
-    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact]) -> None:
+    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact],
+                    requests: list[RequestFact]) -> None:
         self._insert("capacity_facts", [[getattr(f, c) for c in CAPACITY_COLUMNS] for f in capacity], CAPACITY_COLUMNS)
         self._insert("utilization_facts", [[getattr(f, c) for c in UTILIZATION_COLUMNS] for f in utilization],
                      UTILIZATION_COLUMNS)
+        self._insert("request_facts", [[getattr(f, c) for c in REQUEST_COLUMNS] for f in requests], REQUEST_COLUMNS)
+
+    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
+        self._insert("reference_documents", [[cluster_id, kind, observed_at_ms, document]],
+                     ["cluster_id", "kind", "observed_at_ms", "document"])
 
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None:
         self._insert("inventory_gpus", [[cluster_id, g.gpu_uuid, g.node, g.model, g.gpu_class, g.mode, g.valid_from_ms,

@@ -8,18 +8,25 @@ rebuilt month can replace its partition whole.
 
 from __future__ import annotations
 
-__all__ = ["CAPACITY_COLUMNS", "UTILIZATION_COLUMNS", "ddl_statements"]
+__all__ = ["CAPACITY_COLUMNS", "REQUEST_COLUMNS", "UTILIZATION_COLUMNS", "ddl_statements"]
 
 CAPACITY_COLUMNS = [
     "fact_id", "cluster_id", "kind", "gpu_uuid", "device_id", "node", "gpu_class", "mode", "profile", "capacity_fraction",
     "valid_from_ms", "valid_to_ms", "tenant_id", "project_id", "cost_center", "namespace", "namespace_uid",
-    "pod_name", "pod_uid", "container", "endpoint_id", "confidence", "reason", "src_topic", "src_partition",
-    "src_offset",
+    "pod_name", "pod_uid", "container", "endpoint_id", "workload_kind", "confidence", "reason", "src_topic",
+    "src_partition", "src_offset",
 ]
 UTILIZATION_COLUMNS = [
     "fact_id", "cluster_id", "gpu_uuid", "device_id", "node", "observed_at_ms", "span_ms", "sm_active_ratio", "fb_used_bytes",
     "power_w", "energy_j", "capacity_fact_id", "kind", "tenant_id", "project_id", "namespace", "pod_name",
     "pod_uid", "confidence", "reason", "src_topic", "src_partition", "src_offset",
+]
+
+
+REQUEST_COLUMNS = [
+    "fact_id", "cluster_id", "endpoint_id", "model", "revision", "request_id", "tenant_id", "project_id",
+    "observed_at_ms", "arrived_at_ms", "outcome", "input_tokens", "output_tokens", "queue_s", "ttft_s", "e2e_s",
+    "src_topic", "src_partition", "src_offset",
 ]
 
 
@@ -35,7 +42,7 @@ def ddl_statements(db: str) -> list[str]:
             valid_from_ms Int64, valid_to_ms Int64,
             tenant_id LowCardinality(String), project_id LowCardinality(String), cost_center LowCardinality(String),
             namespace String, namespace_uid String, pod_name String, pod_uid String, container String,
-            endpoint_id String, confidence LowCardinality(String), reason String,
+            endpoint_id String, workload_kind LowCardinality(String), confidence LowCardinality(String), reason String,
             src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
             valid_from DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(valid_from_ms, 'UTC'),
             valid_to DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(valid_to_ms, 'UTC'),
@@ -50,6 +57,20 @@ def ddl_statements(db: str) -> list[str]:
             src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
             observed_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(observed_at_ms, 'UTC')
         ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(observed_at) ORDER BY (cluster_id, observed_at, fact_id)""",
+        # Productive work: one row per request, latencies kept whole for quantiles.
+        f"""CREATE TABLE IF NOT EXISTS {db}.request_facts (
+            fact_id String, cluster_id LowCardinality(String), endpoint_id LowCardinality(String),
+            model LowCardinality(String), revision LowCardinality(String), request_id String,
+            tenant_id LowCardinality(String), project_id LowCardinality(String),
+            observed_at_ms Int64, arrived_at_ms Int64, outcome LowCardinality(String),
+            input_tokens Int64, output_tokens Int64, queue_s Nullable(Float64), ttft_s Nullable(Float64),
+            e2e_s Nullable(Float64), src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
+            observed_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(observed_at_ms, 'UTC')
+        ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(observed_at) ORDER BY (cluster_id, fact_id)""",
+        # Reference documents (rate cards, quotas) as published, latest per kind wins.
+        f"""CREATE TABLE IF NOT EXISTS {db}.reference_documents (
+            cluster_id LowCardinality(String), kind LowCardinality(String), observed_at_ms Int64, document String
+        ) ENGINE = ReplacingMergeTree(observed_at_ms) ORDER BY (cluster_id, kind)""",
         # The approved inventory as of the latest document (physical capacity comes from here).
         f"""CREATE TABLE IF NOT EXISTS {db}.inventory_gpus (
             cluster_id LowCardinality(String), gpu_uuid String, node String, model String, gpu_class String,
@@ -62,6 +83,8 @@ def ddl_statements(db: str) -> list[str]:
         # v2 (MIG, time-slicing): tables created by v1 gain the unit columns.
         f"ALTER TABLE {db}.capacity_facts ADD COLUMN IF NOT EXISTS device_id String AFTER gpu_uuid",
         f"ALTER TABLE {db}.capacity_facts ADD COLUMN IF NOT EXISTS profile LowCardinality(String) AFTER mode",
+        f"ALTER TABLE {db}.capacity_facts ADD COLUMN IF NOT EXISTS workload_kind LowCardinality(String) "
+        "DEFAULT 'pod' AFTER endpoint_id",
         f"ALTER TABLE {db}.utilization_facts ADD COLUMN IF NOT EXISTS device_id String AFTER gpu_uuid",
         # Processor checkpoints: state + the offsets it reflects, written after the facts.
         f"""CREATE TABLE IF NOT EXISTS {db}.processor_checkpoints (

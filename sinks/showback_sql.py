@@ -65,6 +65,36 @@ def unattributed_samples_sql(db: str) -> str:
         GROUP BY reason ORDER BY count() DESC"""
 
 
+def endpoint_capacity_sql(db: str) -> str:
+    return f"""SELECT endpoint_id, tenant_id, sum({_CLIP}) / 3600000 FROM {db}.capacity_facts FINAL
+        WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {_IN_WINDOW}
+        GROUP BY endpoint_id, tenant_id ORDER BY endpoint_id, tenant_id"""
+
+
+_REQUESTS_IN_WINDOW = "observed_at_ms >= %(f)s AND observed_at_ms < %(t)s"
+
+
+def endpoint_usage_sql(db: str) -> str:
+    return f"""SELECT endpoint_id, tenant_id, count(), countIf(outcome = 'success'),
+            sumIf(input_tokens, outcome = 'success'), sumIf(output_tokens, outcome = 'success')
+        FROM {db}.request_facts FINAL WHERE {_REQUESTS_IN_WINDOW}
+        GROUP BY endpoint_id, tenant_id ORDER BY endpoint_id, tenant_id"""
+
+
+def productive_work_sql(db: str) -> str:
+    """Requests, tokens and latency quantiles (p50, p95, p99) per tenant, endpoint and model."""
+    return f"""SELECT tenant_id, endpoint_id, model, count(), countIf(outcome = 'success'),
+            sum(input_tokens), sum(output_tokens),
+            quantilesExact(0.5, 0.95, 0.99)(queue_s), quantilesExact(0.5, 0.95, 0.99)(ttft_s),
+            quantilesExact(0.5, 0.95, 0.99)(e2e_s)
+        FROM {db}.request_facts FINAL WHERE {_REQUESTS_IN_WINDOW}
+        GROUP BY tenant_id, endpoint_id, model ORDER BY tenant_id, endpoint_id, model"""
+
+
+def ratecards_sql(db: str) -> str:
+    return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = 'ratecards' ORDER BY observed_at_ms DESC"
+
+
 class ShowbackRows(dict):
     """Raw query results keyed by query name, plus the window actually used."""
 
@@ -82,4 +112,8 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["platform_capacity"] = reader.query(platform_capacity_sql(db), p)[1]
     rows["physical"] = reader.query(physical_sql(db), p)[1]
     rows["unattributed_samples"] = reader.query(unattributed_samples_sql(db), p)[1]
+    rows["endpoint_capacity"] = reader.query(endpoint_capacity_sql(db), p)[1]
+    rows["endpoint_usage"] = reader.query(endpoint_usage_sql(db), p)[1]
+    rows["productive_work"] = reader.query(productive_work_sql(db), p)[1]
+    rows["ratecards"] = [r[0] for r in reader.query(ratecards_sql(db))[1]]
     return rows

@@ -40,6 +40,7 @@ Flush = Callable[[], None]
 class FlushResult:
     capacity_facts: int
     utilization_facts: int
+    request_facts: int
     pending_samples: int
 
 
@@ -58,6 +59,7 @@ class Processor:
         self.skipped_replayed = 0
         self.dead_lettered = 0
         self._inventories: list[tuple[str, dict, int]] = []
+        self._references: list[tuple[str, str, int, str]] = []
 
     # -- start -------------------------------------------------------------------
     def restore(self) -> dict[str, int]:
@@ -106,6 +108,8 @@ class Processor:
                 parse_inventory(doc)
                 self._attributor(r["cluster_id"]).apply_inventory(doc)
                 self._inventories.append((r["cluster_id"], doc, r["observed_at_ms"]))
+            else:
+                self._references.append((r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"]))
             return
         ts = r["observed_at_ms"]
         if topic == t.k8s.name:
@@ -114,6 +118,10 @@ class Processor:
             self._attributor(r["cluster_id"]).apply_podresources(r["node"], orjson.loads(r["response_json"]), ts, pos)
         elif topic == t.dcgm.name:
             self._attributor(r["cluster_id"]).apply_dcgm(r["node"], r["exposition"], ts, pos)
+        elif topic == t.vgpu.name:
+            self._attributor(r["cluster_id"]).apply_vgpu(r["host"], r["vgpus"], ts, pos)
+        elif topic == t.requests.name:
+            self._attributor(r["cluster_id"]).apply_request(r, pos)
         key = f"{topic}:{partition}"
         if ts > self.partition_wm.get(key, NEG_INF):
             self.partition_wm[key] = ts
@@ -130,25 +138,30 @@ class Processor:
     # -- write, then commit ------------------------------------------------------------
     def flush(self) -> FlushResult:
         k8s_wm, pr_wm = self.watermark(self.topics.k8s.name), self.watermark(self.topics.podresources.name)
-        capacity, utilization = [], []
+        vgpu_wm = self.watermark(self.topics.vgpu.name)
+        capacity, utilization, requests = [], [], []
         for cluster in sorted(self.attributors):
             att = self.attributors[cluster]
-            att.advance(k8s_wm, pr_wm)
-            cap, util = att.drain()
+            att.advance(k8s_wm, pr_wm, vgpu_wm)
+            cap, util, req = att.drain()
             capacity += cap
             utilization += util
+            requests += req
         for cluster, doc, ts in self._inventories:
             self.store.write_inventory(cluster, parse_inventory(doc), ts)
+        for ref in self._references:
+            self.store.write_reference(*ref)
         self._inventories.clear()
+        self._references.clear()
         self.dead_letter_flush()
-        self.store.write_facts(capacity, utilization)  # 1. facts (and dead letters, above)
+        self.store.write_facts(capacity, utilization, requests)  # 1. facts (and dead letters, above)
         self.seq += 1
         self.store.save_checkpoint(PROCESSOR_NAME, Checkpoint(self.seq, dict(self.next_offsets), {  # 2. checkpoint
             "partition_wm": self.partition_wm, "dead_lettered": self.dead_lettered,
             "clusters": {c: a.to_state() for c, a in self.attributors.items()},
         }))
         pending = sum(a.pending_samples() for a in self.attributors.values())
-        return FlushResult(len(capacity), len(utilization), pending)
+        return FlushResult(len(capacity), len(utilization), len(requests), pending)
 
     def caught_up(self, highs: dict[str, int]) -> bool:
         """True once every partition has been read up to the given end offsets."""

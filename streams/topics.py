@@ -46,7 +46,7 @@ class Topics:
 
     def processed(self) -> list[TopicSpec]:
         """The topics `process` reads."""
-        return [self.reference, self.k8s, self.podresources, self.dcgm]
+        return [self.reference, self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests]
 
 
 def ensure_topics(bootstrap: str, topics: Topics, timeout_s: float = 30.0) -> list[str]:

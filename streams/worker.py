@@ -133,7 +133,8 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                     broker_heartbeat_interval=1, topic_disable_leader=True, consumer_auto_offset_reset="earliest",
                     broker_commit_interval=1.0)
     channel = app.topic(*names, value_type=bytes, key_type=bytes)
-    stats = {"records": 0, "capacity": 0, "utilization": 0, "started": time.monotonic(), "last_report": 0.0}
+    stats = {"records": 0, "capacity": 0, "utilization": 0, "requests": 0, "started": time.monotonic(),
+             "last_report": 0.0}
     worker_box: list[faust.Worker] = []
     stopping = asyncio.Event()
 
@@ -143,7 +144,8 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
             stats["last_report"] = now
             left = sum(max(0, highs[k] - proc.next_offsets.get(k, extents[k][0])) for k in highs)
             progress(f"process: {stats['records']} records, {stats['capacity']} capacity + {stats['utilization']} "
-                     f"utilization facts, {pending} samples waiting, {left if until_caught_up else '-'} records to go")
+                     f"utilization + {stats['requests']} request facts, {pending} samples waiting, "
+                     f"{left if until_caught_up else '-'} records to go")
 
     async def stop() -> None:
         if not stopping.is_set():
@@ -154,6 +156,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
         result = proc.flush()
         stats["capacity"] += result.capacity_facts
         stats["utilization"] += result.utilization_facts
+        stats["requests"] += result.request_facts
         report(result.pending_samples)
 
     @app.agent(channel)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuledger.demo.builder import GpuSpec, det_uuid, gpu_uuid
 from gpuledger.demo.cluster import ClusterPlan, NamespacePlan, PodPlan
-from gpuledger.domain.timeutil import parse_rfc3339_ms
+from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
 H = 3_600_000
 M = 60_000
@@ -138,3 +138,53 @@ def expected_sharing_active_hours(plan: ClusterPlan) -> dict[str, float]:
             tenant = p.namespace.removesuffix("-ns")
             out[tenant] = out.get(tenant, 0.0) + active * step_h
     return out
+
+
+def service_plan() -> ClusterPlan:
+    """A vGPU host and a shared model endpoint, 3 hours.
+
+    vgpu-host-1 has one A100 in vGPU mode (weights A100-20C 0.5, A100-4C 0.1). VM vm-1
+    (A100-20C) belongs to alpha all along; vm-2 (A100-4C) belongs to beta, is re-assigned to
+    gamma at 90 min and stops at 150 min. The endpoint chat-llm is one pod of ml-platform on
+    2 exclusive GPUs for 3 h; alpha, beta and gamma call it with different token mixes; the
+    rate card weighs output tokens 3x input tokens.
+    """
+    from gpuledger.demo.cluster import VmPlan
+
+    end = T0 + 3 * H
+    a100 = GpuSpec(gpu_uuid("service", "vgpu"), "vgpu-host-1", 0, "NVIDIA A100-SXM4-40GB", "A100-40GB")
+    node_e = [GpuSpec(gpu_uuid("service", "e", i), "node-e", i) for i in range(2)]
+    vms = [
+        VmPlan("vgpu-host-1", "vm-1", det_uuid("vm", 1), "GPU-" + det_uuid("vgpu", 1), a100, "A100-20C", T0, end,
+               ((T0, "alpha"),), 0.6),
+        VmPlan("vgpu-host-1", "vm-2", det_uuid("vm", 2), "GPU-" + det_uuid("vgpu", 2), a100, "A100-4C", T0,
+               T0 + 150 * M, ((T0, "beta"), (T0 + 90 * M, "gamma")), 0.5),
+    ]
+    namespaces = [NamespacePlan("platform-ns", det_uuid("ns", "platform"), T0 - 24 * H, ((T0 - 24 * H, "ml-platform"),))]
+    serving = PodPlan("platform-ns", "chat-llm-0", det_uuid("pod", "chat"), "node-e", (0, 1), T0, end, 0.5,
+                      endpoint="chat-llm")
+    requests = []
+    mixes = {"alpha": (100, 1000, 100, 0), "beta": (50, 200, 800, 0), "gamma": (30, 500, 500, 10)}
+    for tenant, (ok, tin, tout, failed) in mixes.items():
+        for i in range(ok + failed):
+            t = T0 + (i + 1) * 60_000
+            requests.append({
+                "observed_at": format_rfc3339(t), "endpoint_id": "chat-llm", "model": "llama-3.1-70b",
+                "revision": "rev-7", "request_id": f"{tenant}-{i}", "tenant_id": tenant, "project_id": f"{tenant}-app",
+                "arrived_at": format_rfc3339(t - 2_000), "prompt_tokens": tin, "completion_tokens": tout,
+                "queue_s": 0.01 * (i % 10), "ttft_s": 0.1 + 0.01 * (i % 20), "e2e_s": 1.0 + 0.1 * (i % 10),
+                "outcome": "success" if i < ok else "error"})
+    ratecards = [{"version": "2026-10-v1", "valid_from": "2026-10-01T00:00:00Z", "valid_to": None, "currency": "USD",
+                  "gpu_hour": {"H100-80GB": {"guaranteed": 2.5, "borrowed": 4.0}},
+                  "per_million_tokens": {"input": 0.5, "output": 1.5},
+                  "endpoint_share_weights": {"input_tokens": 1, "output_tokens": 3},
+                  "overhead": {"amount": 0, "rule": "proportional_to_allocation"}}]
+    return ClusterPlan(start_ms=T0, end_ms=end, nodes={"node-e": node_e, "vgpu-host-1": [a100]},
+                       namespaces=namespaces, pods=[serving], vms=vms, vgpu_gpus=[a100],
+                       vgpu_profile_weights={"A100-20C": 0.5, "A100-4C": 0.1}, requests=requests, ratecards=ratecards)
+
+
+SERVICE_VGPU_TRUTH = {"alpha": 3 * 0.5, "beta": 1.5 * 0.1, "gamma": 1.0 * 0.1}
+# weighted units: alpha 100 x (1000 + 3 x 100), beta 50 x (200 + 3 x 800), gamma 30 x (500 + 3 x 500)
+SERVICE_UNITS = {"alpha": 130_000, "beta": 130_000, "gamma": 60_000}
+SERVICE_SHARE_HOURS = {t: 6.0 * u / 320_000 for t, u in SERVICE_UNITS.items()}

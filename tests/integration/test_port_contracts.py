@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import BOOTSTRAP
 from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.domain.requests import RequestFact
 from gpuledger.producers.base import ListPublisher
 from gpuledger.producers.kafka import KafkaPublisher
 from gpuledger.sinks.base import Checkpoint, MemoryStore
@@ -75,7 +76,7 @@ def _cap(i: int, tenant: str = "t") -> CapacityFact:
         gpu_class="H100", mode="exclusive", profile="", capacity_fraction=1.0, valid_from_ms=1_790_000_000_000 + i,
         valid_to_ms=1_790_000_030_000 + i, tenant_id=tenant, project_id="p", cost_center="cc", namespace="ns",
         namespace_uid="nsu", pod_name="pod", pod_uid="uid", container="main", endpoint_id="", confidence="high",
-        reason="", src_topic="topic", src_partition=0, src_offset=i)
+        workload_kind="pod", reason="", src_topic="topic", src_partition=0, src_offset=i)
 
 
 def _util(i: int) -> UtilizationFact:
@@ -86,6 +87,14 @@ def _util(i: int) -> UtilizationFact:
         pod_name="pod", pod_uid="uid", confidence="high", reason="", src_topic="topic", src_partition=0, src_offset=i)
 
 
+def _req(i: int) -> RequestFact:
+    return RequestFact(
+        fact_id=f"r{i}", cluster_id="cl", endpoint_id="chat", model="m", revision="1", request_id=f"q{i}",
+        tenant_id="t", project_id="p", observed_at_ms=1_790_000_000_000 + i, arrived_at_ms=1_790_000_000_000,
+        outcome="success", input_tokens=10, output_tokens=5, queue_s=0.01, ttft_s=0.1, e2e_s=0.5,
+        src_topic="topic", src_partition=0, src_offset=i)
+
+
 class ChStore:
     def __init__(self, path):
         self.store = ClickHouseStore(f"chdb://{path}")
@@ -94,6 +103,7 @@ class ChStore:
     def fact_ids(self):
         return ({r[0] for r in self.store.query("SELECT fact_id FROM gpuledger.capacity_facts FINAL")[1]},
                 {r[0] for r in self.store.query("SELECT fact_id FROM gpuledger.utilization_facts FINAL")[1]},
+                {r[0] for r in self.store.query("SELECT fact_id FROM gpuledger.request_facts FINAL")[1]},
                 self.store.query("SELECT count() FROM gpuledger.capacity_facts FINAL")[1][0][0])
 
     def close(self):
@@ -105,7 +115,7 @@ class MemStore:
         self.store = MemoryStore()
 
     def fact_ids(self):
-        return set(self.store.capacity), set(self.store.utilization), len(self.store.capacity)
+        return set(self.store.capacity), set(self.store.utilization), set(self.store.requests), len(self.store.capacity)
 
     def close(self):
         pass
@@ -119,10 +129,10 @@ def store(request, tmp_path):
 
 
 def test_store_writes_are_idempotent_by_fact_id(store):
-    store.store.write_facts([_cap(0), _cap(1)], [_util(0)])
-    store.store.write_facts([_cap(1), _cap(2)], [_util(0), _util(1)])  # a replayed batch overlaps
-    caps, utils, rows = store.fact_ids()
-    assert caps == {"c0", "c1", "c2"} and utils == {"u0", "u1"} and rows == 3
+    store.store.write_facts([_cap(0), _cap(1)], [_util(0)], [_req(0)])
+    store.store.write_facts([_cap(1), _cap(2)], [_util(0), _util(1)], [_req(0), _req(1)])  # a replayed batch overlaps
+    caps, utils, reqs, rows = store.fact_ids()
+    assert caps == {"c0", "c1", "c2"} and utils == {"u0", "u1"} and reqs == {"r0", "r1"} and rows == 3
 
 
 def test_store_returns_the_latest_checkpoint(store):

@@ -1,0 +1,54 @@
+"""vGPU (two VMs, one re-assigned to another owner) and a shared endpoint (three tenants
+with different token mixes) through the real broker, the faust worker and ClickHouse."""
+
+import statistics
+
+import orjson
+import pytest
+
+from gpuledger.demo.cluster import write_capture
+from plans import SERVICE_SHARE_HOURS, SERVICE_UNITS, SERVICE_VGPU_TRUTH, service_plan
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def showback(stack, tmp_path):
+    plan = service_plan()
+    stack.run("ingest", str(write_capture(plan, tmp_path / "capture")))
+    stack.run("process", "--until-caught-up")
+    out = stack.run("showback", "--from", "2026-10-01T00:00:00Z", "--to", "2026-10-01T03:00:00Z", "--format", "json")
+    return plan, orjson.loads(out.stdout)
+
+
+def test_vgpu_and_endpoint_shares(showback):
+    plan, doc = showback
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    for tenant, hours in SERVICE_VGPU_TRUTH.items():
+        assert tenants[tenant]["allocated_by_mode"]["vgpu"] == pytest.approx(hours, abs=1e-6)
+    assert doc["ratecard_version"] == "2026-10-v1"
+    (ep,) = doc["endpoints"]
+    assert (ep["endpoint_id"], ep["owner_tenant_id"]) == ("chat-llm", "ml-platform")
+    assert ep["allocated_gpu_hours"] == pytest.approx(6.0, abs=1e-9)
+    shares = {s["tenant_id"]: s for s in ep["shares"]}
+    assert {t: s["weighted_units"] for t, s in shares.items()} == SERVICE_UNITS  # failed requests carry no share
+    for tenant, hours in SERVICE_SHARE_HOURS.items():
+        assert shares[tenant]["gpu_hours"] == pytest.approx(hours, abs=1e-6)
+        assert tenants[tenant]["service_share_gpu_hours"] == pytest.approx(hours, abs=1e-6)
+    assert sum(s["micro_gpu_hours"] for s in ep["shares"]) == ep["allocated_micro_gpu_hours"]  # exact, no unit lost
+    assert tenants["ml-platform"]["endpoint_recovered_gpu_hours"] == pytest.approx(6.0, abs=1e-6)
+    assert tenants["ml-platform"]["allocated_gpu_hours"] == pytest.approx(6.0, abs=1e-6)
+
+
+def test_productive_work_and_latency_quantiles(showback):
+    plan, doc = showback
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    assert (tenants["gamma"]["requests"], tenants["gamma"]["successful_requests"]) == (40, 30)
+    assert tenants["alpha"]["input_tokens"] == 100 * 1000 and tenants["beta"]["output_tokens"] == 50 * 800
+    work = {w["tenant_id"]: w for w in doc["productive_work"]}
+    alpha_ttft = sorted(r["ttft_s"] for r in plan.requests if r["tenant_id"] == "alpha")
+    assert work["alpha"]["model"] == "llama-3.1-70b"
+    assert work["alpha"]["ttft_s"]["p50"] == pytest.approx(statistics.quantiles(alpha_ttft, n=100, method="inclusive")[49],
+                                                           abs=0.011)
+    assert work["alpha"]["ttft_s"]["p99"] == pytest.approx(max(alpha_ttft), abs=0.011)
+    assert work["alpha"]["e2e_s"]["p95"] >= work["alpha"]["e2e_s"]["p50"]
