@@ -41,7 +41,7 @@ class DeviceSample:
 class DcgmParse:
     samples: list[DeviceSample]
     series_parsed: int
-    skipped: dict[str, int]  # reason -> series count
+    skipped: dict[str, int]  # reason -> series count; parsed + skipped = every series of the scrape
 
 
 _label_cache: dict[str, dict[str, str]] = {}
@@ -70,6 +70,7 @@ def _series(text: str):
         if brace >= 0:
             name = line[:brace]
             if name not in _FIELDS:
+                yield name, None, 0.0
                 continue
             close = line.rfind("}")
             if close < brace:
@@ -78,6 +79,7 @@ def _series(text: str):
         else:
             name, _, rest = line.partition(" ")
             if name not in _FIELDS:
+                yield name, None, 0.0
                 continue
             label_text = "{}"
         parts = rest.split()
@@ -93,6 +95,10 @@ def parse_exposition(text: str) -> DcgmParse:
     skipped: dict[str, int] = {}
     parsed = 0
     for name, labels, value in _series(text):
+        if labels is None:
+            reason = f"not an attribution field: {name}"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
         field = _FIELDS[name]
         uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
         if not uuid:
@@ -106,7 +112,12 @@ def parse_exposition(text: str) -> DcgmParse:
             skipped["DCGM blank sentinel"] = skipped.get("DCGM blank sentinel", 0) + 1
             continue
         key = (uuid, None if instance is None else int(instance))
-        per_gpu.setdefault(key, {})[field] = value
+        fields = per_gpu.setdefault(key, {})
+        if field in fields:  # time-slicing: the exporter repeats a GPU's series for every sharing pod
+            reason = "repeated series of the same device (one per sharing pod)"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        fields[field] = value
         models.setdefault(key, labels.get("modelName", ""))
         parsed += 1
     samples = []
