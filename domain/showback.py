@@ -96,8 +96,24 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         "tenants": listed,
         "endpoints": endpoints,
         "productive_work": [w for w in work if tenant is None or w["tenant_id"] == tenant],
+        "fragmentation": _fragmentation(rows.get("fragmentation", ())),
         "platform": platform,
     }
+
+
+def _fragmentation(rows) -> list[dict]:
+    """Per GPU class: free MIG instance-hours by profile, their GPU-equivalent, and the
+    GPU-hours no instance covers (a layout that leaves slices unusable)."""
+    out: dict[str, dict] = {}
+    for gpu_class, profile, instance_hours, gpu_hours in rows:
+        e = out.setdefault(gpu_class, {"gpu_class": gpu_class, "free_instance_hours": {},
+                                       "free_gpu_equivalent_hours": 0.0, "unpartitioned_gpu_hours": 0.0})
+        if profile:
+            e["free_instance_hours"][profile] = instance_hours
+            e["free_gpu_equivalent_hours"] += gpu_hours
+        else:
+            e["unpartitioned_gpu_hours"] += gpu_hours
+    return [out[k] for k in sorted(out)]
 
 
 def _quantiles(values) -> dict:

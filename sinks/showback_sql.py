@@ -91,6 +91,14 @@ def productive_work_sql(db: str) -> str:
         GROUP BY tenant_id, endpoint_id, model ORDER BY tenant_id, endpoint_id, model"""
 
 
+def fragmentation_sql(db: str) -> str:
+    """Free MIG capacity per GPU class: idle instances by profile, and capacity in no instance."""
+    return f"""SELECT gpu_class, profile, sum(least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s)) / 3600000,
+            sum({_CLIP}) / 3600000
+        FROM {db}.capacity_facts FINAL WHERE mode = 'mig' AND kind = 'unallocated' AND {_IN_WINDOW}
+        GROUP BY gpu_class, profile ORDER BY gpu_class, profile"""
+
+
 def ratecards_sql(db: str) -> str:
     return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = 'ratecards' ORDER BY observed_at_ms DESC"
 
@@ -116,4 +124,5 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["endpoint_usage"] = reader.query(endpoint_usage_sql(db), p)[1]
     rows["productive_work"] = reader.query(productive_work_sql(db), p)[1]
     rows["ratecards"] = [r[0] for r in reader.query(ratecards_sql(db))[1]]
+    rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]
     return rows

@@ -34,3 +34,12 @@ def test_mig_and_timeslice_hours_shares_and_conservation(showback):
     assert p["physical_gpu_hours"] == pytest.approx(6.0, abs=1e-9)  # two physical GPUs, never more
     assert p["physical_gpu_hours"] == pytest.approx(p["allocated_gpu_hours"] + p["unallocated_gpu_hours"], abs=1e-9)
     assert p["difference_gpu_hours"] == 0 and p["over_allocated_gpu_hours"] == 0
+
+
+def test_fragmentation_free_mig_capacity_by_profile(showback):
+    _, doc = showback
+    (frag,) = doc["fragmentation"]
+    assert frag["gpu_class"] == "H100-80GB"
+    assert frag["free_instance_hours"] == pytest.approx({"1g.10gb": 1.5, "3g.40gb": 2.5, "4g.40gb": 40 / 60}, abs=1e-6)
+    assert frag["free_gpu_equivalent_hours"] == pytest.approx(1.5 / 7 + 2.5 * 3 / 7 + 40 / 60 * 4 / 7, abs=1e-6)
+    assert frag["unpartitioned_gpu_hours"] == 0
