@@ -118,7 +118,7 @@ def cmd_demo(s: Settings, args) -> int:
     from gpuledger.demo.run import run_demo
 
     return run_demo(s, Path(args.out) if args.out else None, args.hours, progress,
-                    lambda argv: main(argv, settings=s))
+                    lambda argv, settings: main(argv, settings=settings))
 
 
 def cmd_config(s: Settings, args) -> int:

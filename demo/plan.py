@@ -1,8 +1,10 @@
-"""The demo cluster: 32 H100s on 4 nodes, 7 tenants, a day of work.
+"""The demo cluster: 32 H100s on 4 nodes plus a vGPU host with 2 A100s, 7 tenants, a day.
 
 It has what real clusters have: pods coming and going in groups of 1-8 GPUs, a pod name
 reused by another tenant (namespace deleted and re-created), a namespace changing owner
-mid-day, a telemetry gap, a GPU in maintenance, and a GPU never allocated.
+mid-day, a telemetry gap, a GPU in maintenance, a GPU never allocated; two MIG GPUs (one
+re-partitioned at noon), two time-sliced GPUs with 4 replicas each, VMs on vGPUs (one
+re-assigned to another owner), and a shared chat endpoint called by four tenants.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import random
 
 from gpuledger.demo.builder import GpuSpec, det_uuid, gpu_uuid
-from gpuledger.demo.cluster import ClusterPlan, NamespacePlan, PodPlan
+from gpuledger.demo.cluster import ClusterPlan, MigLayout, NamespacePlan, PodPlan, SharedGpu, VmPlan
+from gpuledger.domain.timeutil import format_rfc3339
 
 __all__ = ["TENANTS", "demo_plan"]
 
@@ -18,62 +21,131 @@ TENANTS = ["finance", "research", "vision", "nlp", "recsys", "speech", "ml-platf
 H = 3_600_000
 M = 60_000
 STEP = 30_000  # PodResources snapshot interval: pods start and end on these instants
+RATECARDS = [{"version": "2026-10-v1", "valid_from": "2026-10-01T00:00:00Z", "valid_to": None, "currency": "USD",
+              "gpu_hour": {"H100-80GB": {"guaranteed": 2.50, "borrowed": 4.00},
+                           "A100-40GB": {"guaranteed": 1.20, "borrowed": 2.00}},
+              "per_million_tokens": {"input": 0.50, "output": 1.50},
+              "endpoint_share_weights": {"input_tokens": 1, "output_tokens": 3},
+              "overhead": {"amount": 500.00, "rule": "proportional_to_allocation"}}]
 
 
 def _round(ms: int) -> int:
     return ms - ms % STEP
 
 
+class _Builder:
+    def __init__(self, start_ms: int, end_ms: int, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.start_ms, self.end_ms = start_ms, end_ms
+        self.pods: list[PodPlan] = []
+
+    def add(self, ns: str, node: str, gpus: tuple[int, ...], a: int, b: int, name: str | None = None,
+            devices: tuple[str, ...] = (), endpoint: str = "") -> None:
+        name = name or f"{ns.split('-')[0]}-job-{self.rng.randint(1000, 9999)}-{len(self.pods)}"
+        self.pods.append(PodPlan(ns, name, det_uuid("pod", ns, name, a), node, gpus, a, b,
+                                 round(self.rng.uniform(0.05, 0.95), 3), devices, endpoint))
+
+    def fill(self, choices: list[str], node: str, gpus: tuple[int, ...], window: tuple[int, int],
+             blocked: list[tuple[int, int]] = (), devices: tuple[str, ...] = ()) -> None:
+        """Jobs of 20 min to 6 h with gaps of up to 30 min, around the blocked windows."""
+        t = _round(window[0] + self.rng.randint(0, 40) * M)
+        while t < window[1]:
+            b = min(window[1], t + _round(self.rng.randint(20, 360) * M))
+            clash = next((w for w in blocked if t < w[1] and w[0] < b), None)
+            if clash:
+                if clash[0] - t >= 10 * M:
+                    self.add(self.rng.choice(choices), node, gpus, t, _round(clash[0]), devices=devices)
+                t = _round(clash[1]) + STEP
+                continue
+            self.add(self.rng.choice(choices), node, gpus, t, b, devices=devices)
+            t = _round(b + self.rng.randint(0, 30) * M) + STEP
+
+
+def _namespaces(start_ms: int, hours: int) -> list[NamespacePlan]:
+    month = start_ms - 30 * 24 * H
+    out = [NamespacePlan(f"{t}-train", det_uuid("ns", t), month, ((month, t),)) for t in TENANTS]
+    out.append(NamespacePlan("shared-research", det_uuid("ns", "shared-research"), month,
+                             ((month, "research"), (start_ms + hours * H // 2, "vision"))))
+    out.append(NamespacePlan("scratch", det_uuid("ns", "scratch", 1), month, ((month, "nlp"),),
+                             deleted_ms=start_ms + hours * H // 3))
+    recreated = start_ms + hours * H // 3 + 5 * M
+    out.append(NamespacePlan("scratch", det_uuid("ns", "scratch", 2), recreated, ((recreated, "speech"),)))
+    out.append(NamespacePlan("serving", det_uuid("ns", "serving"), month, ((month, "ml-platform"),)))
+    return out
+
+
+def _requests(rng: random.Random, start_ms: int, end_ms: int) -> list[dict]:
+    mixes = {"finance": (900, 120), "research": (300, 900), "vision": (1500, 60), "nlp": (600, 600)}
+    out = []
+    for tenant, (tin, tout) in mixes.items():
+        for i in range(int((end_ms - start_ms) / (4 * M))):
+            t = start_ms + i * 4 * M + rng.randint(1, 200) * 1000
+            outcome = rng.choices(["success", "error", "cancelled"], [0.95, 0.03, 0.02])[0]
+            queue, ttft = round(rng.expovariate(50), 4), round(0.05 + rng.expovariate(8), 4)
+            out.append({"observed_at": format_rfc3339(t), "endpoint_id": "chat-llm", "model": "llama-3.1-70b-instruct",
+                        "revision": "sha256:9f1c", "request_id": f"req-{tenant}-{i}", "tenant_id": tenant,
+                        "project_id": f"{tenant}-apps", "arrived_at": format_rfc3339(t - 3_000),
+                        "prompt_tokens": int(tin * rng.uniform(0.5, 1.5)),
+                        "completion_tokens": int(tout * rng.uniform(0.5, 1.5)) if outcome == "success" else 0,
+                        "queue_s": queue, "ttft_s": ttft, "e2e_s": round(ttft + rng.uniform(0.5, 6.0), 4),
+                        "outcome": outcome})
+    return out
+
+
 def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
-    rng = random.Random(seed)
     end_ms = start_ms + hours * H
+    b = _Builder(start_ms, end_ms, seed)
     nodes = {f"gpu-node-{n}": [GpuSpec(gpu_uuid("demo", n, i), f"gpu-node-{n}", i) for i in range(8)]
              for n in range(1, 5)}
-    namespaces = [NamespacePlan(f"{t}-train", det_uuid("ns", t), start_ms - 30 * 24 * H, ((start_ms - 30 * 24 * H, t),))
-                  for t in TENANTS]
-    shared = NamespacePlan("shared-research", det_uuid("ns", "shared-research"), start_ms - 7 * 24 * H,
-                           ((start_ms - 7 * 24 * H, "research"), (start_ms + hours * H // 2, "vision")))
-    scratch_old = NamespacePlan("scratch", det_uuid("ns", "scratch", 1), start_ms - 2 * 24 * H,
-                                ((start_ms - 2 * 24 * H, "nlp"),), deleted_ms=start_ms + hours * H // 3)
-    scratch_new = NamespacePlan("scratch", det_uuid("ns", "scratch", 2), start_ms + hours * H // 3 + 5 * M,
-                                ((start_ms + hours * H // 3 + 5 * M, "speech"),))
-    namespaces += [shared, scratch_old, scratch_new]
-    pods: list[PodPlan] = []
-
-    def add(ns: str, node: str, gpus: tuple[int, ...], a: int, b: int, name: str | None = None) -> None:
-        name = name or f"{ns.split('-')[0]}-job-{rng.randint(1000, 9999)}-{len(pods)}"
-        pods.append(PodPlan(ns, name, det_uuid("pod", ns, name, a), node, gpus, a, b, round(rng.uniform(0.05, 0.95), 3)))
+    choices = [f"{t}-train" for t in TENANTS] + ["shared-research"]
+    whole = (start_ms, end_ms)
 
     # The reused name: scratch/trainer-0 under nlp, then again under speech after re-creation.
     third = hours * H // 3
-    reserved = {("gpu-node-3", (0, 1)): [(start_ms + 2 * H, start_ms + third - 30 * M),
-                                        (start_ms + third + 30 * M, start_ms + third + 6 * H)]}
-    add("scratch", "gpu-node-3", (0, 1), _round(start_ms + 2 * H), _round(start_ms + third - 30 * M), "trainer-0")
-    add("scratch", "gpu-node-3", (0, 1), _round(start_ms + third + 30 * M), _round(start_ms + third + 6 * H), "trainer-0")
-    maintenance = ("gpu-node-4", (6,))
-    reserved[maintenance] = [(start_ms + 16 * H, start_ms + 18 * H)]
-
-    groups = {"gpu-node-1": [(0, 1, 2, 3, 4, 5, 6, 7)], "gpu-node-2": [(0, 1, 2, 3), (4, 5, 6, 7)],
-              "gpu-node-3": [(0, 1), (2, 3), (4, 5), (6, 7)], "gpu-node-4": [(i,) for i in range(7)]}
-    choices = [f"{t}-train" for t in TENANTS] + ["shared-research"]
+    scratch = [(start_ms + 2 * H, start_ms + third - 30 * M), (start_ms + third + 30 * M, start_ms + third + 6 * H)]
+    for a, z in scratch:
+        b.add("scratch", "gpu-node-3", (0, 1), _round(a), _round(z), "trainer-0")
+    # The shared endpoint: ml-platform serves chat-llm on 4 GPUs all day.
+    b.add("serving", "gpu-node-2", (4, 5, 6, 7), start_ms, end_ms, "chat-llm-0", endpoint="chat-llm")
+    groups = {"gpu-node-1": [(0, 1, 2, 3, 4, 5, 6, 7)], "gpu-node-2": [(0, 1, 2, 3)],
+              "gpu-node-3": [(0, 1), (2, 3), (4, 5), (6, 7)], "gpu-node-4": [(4,), (5,), (6,)]}
+    blocked = {("gpu-node-3", (0, 1)): scratch, ("gpu-node-4", (6,)): [(start_ms + 16 * H, start_ms + 18 * H)]}
     for node, gs in groups.items():
         for g in gs:
-            blocked = reserved.get((node, g), [])
-            t = _round(start_ms + rng.randint(0, 40) * M)
-            while t < end_ms:
-                dur = _round(rng.randint(20, 360) * M)
-                b = min(end_ms, t + dur)
-                clash = next((w for w in blocked if t < w[1] and w[0] < b), None)
-                if clash:
-                    if clash[0] - t >= 10 * M:
-                        add(rng.choice(choices), node, g, t, _round(clash[0]))
-                    t = _round(clash[1]) + STEP
-                    continue
-                add(rng.choice(choices), node, g, t, b)
-                t = _round(b + rng.randint(0, 30) * M) + STEP
-    gap_gpu = nodes["gpu-node-2"][1].uuid
+            b.fill(choices, node, g, whole, blocked.get((node, g), []))
+
+    # MIG: GPU 0 re-partitioned at noon, GPU 1 fixed; time-slicing: GPUs 2 and 3, 4 replicas.
+    n4 = nodes["gpu-node-4"]
+    mig = lambda *p: "MIG-" + det_uuid("demo-mig", *p)  # noqa: E731
+    noon = _round(start_ms + hours * H // 2)
+    layouts0 = (MigLayout(start_ms, ((mig(0, "a", 1), "3g.40gb", 1), (mig(0, "a", 2), "3g.40gb", 2),
+                                     (mig(0, "a", 7), "1g.10gb", 7))),
+                MigLayout(noon, tuple((mig(0, "b", gi), "1g.10gb", gi) for gi in range(7, 14))))
+    layouts1 = (MigLayout(start_ms, ((mig(1, "a", 1), "4g.40gb", 1), (mig(1, "a", 2), "3g.40gb", 2))),)
+    for layouts, end_of in ((layouts0, [noon, end_ms]), (layouts1, [end_ms])):
+        for layout, until in zip(layouts, end_of):
+            for mig_uuid, _, _ in layout.instances:
+                b.fill(choices, "gpu-node-4", (), (layout.from_ms, until), devices=(mig_uuid,))
+    for i in (2, 3):
+        for k in range(4):
+            b.fill(choices, "gpu-node-4", (), whole, devices=(f"{n4[i].uuid}::{k}",))
+
+    # vGPU: two A100s on a host, four VMs; vm-3 changes owner at 10:00.
+    a100 = [GpuSpec(gpu_uuid("demo-vgpu", i), "vgpu-host-1", i, "NVIDIA A100-SXM4-40GB", "A100-40GB") for i in range(2)]
+    vm = lambda n, gpu, profile, owners, a=start_ms, z=end_ms: VmPlan(  # noqa: E731
+        "vgpu-host-1", f"vm-{n}", det_uuid("vm", n), "GPU-" + det_uuid("demo-vgpu-dev", n), gpu, profile, a, z,
+        owners, round(b.rng.uniform(0.1, 0.9), 3))
+    vms = [vm(1, a100[0], "A100-20C", ((start_ms, "finance"),)),
+           vm(2, a100[0], "A100-10C", ((start_ms, "research"),), start_ms, _round(start_ms + 18 * H)),
+           vm(3, a100[1], "A100-20C", ((start_ms, "speech"), (_round(start_ms + 10 * H), "recsys"))),
+           vm(4, a100[1], "A100-4C", ((start_ms, "vision"),), _round(start_ms + 6 * H), end_ms)]
     return ClusterPlan(
-        start_ms=start_ms, end_ms=end_ms, nodes=nodes, namespaces=namespaces, pods=pods,
-        telemetry_gaps=[(gap_gpu, start_ms + 5 * H, start_ms + 5 * H + 45 * M)],
-        unavailable=[(nodes["gpu-node-4"][6].uuid, start_ms + 16 * H, start_ms + 18 * H, "maintenance")],
+        start_ms=start_ms, end_ms=end_ms, nodes={**nodes, "vgpu-host-1": a100}, namespaces=_namespaces(start_ms, hours),
+        pods=b.pods,
+        telemetry_gaps=[(nodes["gpu-node-2"][1].uuid, start_ms + 5 * H, start_ms + 5 * H + 45 * M)],
+        unavailable=[(n4[6].uuid, start_ms + 16 * H, start_ms + 18 * H, "maintenance")],
+        shared=[SharedGpu(n4[0], "mig", layouts=layouts0), SharedGpu(n4[1], "mig", layouts=layouts1),
+                *(SharedGpu(n4[i], "timeslice", replicas=4, layouts=(MigLayout(start_ms, ()),)) for i in (2, 3))],
+        vms=vms, vgpu_gpus=a100, vgpu_profile_weights={"A100-4C": 0.1, "A100-10C": 0.25, "A100-20C": 0.5},
+        requests=_requests(b.rng, start_ms, end_ms), ratecards=RATECARDS,
     )

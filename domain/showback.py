@@ -145,13 +145,16 @@ def _endpoints(rows: dict) -> tuple[str | None, list[dict]]:
 
 _COLUMNS = [("tenant", "tenant_id", "{}"), ("allocated_h", "allocated_gpu_hours", "{:.3f}"),
             ("active_h", "active_gpu_hours", "{:.3f}"), ("idle_h", "idle_allocated_gpu_hours", "{:.3f}"),
-            ("coverage", "telemetry_coverage", "{:.1%}"), ("high_conf_h", None, "{:.3f}")]
+            ("coverage", "telemetry_coverage", "{:.1%}"), ("high_conf_h", None, "{:.3f}"),
+            ("modeled_h", "modeled", "{:.3f}"), ("service_h", "service_share_gpu_hours", "{:.3f}"),
+            ("requests", "requests", "{}")]
 
 
 def _cells(e: dict) -> list[str]:
     out = []
     for _, key, fmt in _COLUMNS:
-        value = e["confidence_gpu_hours"]["high"] if key is None else e[key]
+        value = (e["confidence_gpu_hours"]["high"] if key is None else e["confidence_gpu_hours"]["modeled"]
+                 if key == "modeled" else e[key])
         out.append(fmt.format(value))
     return out
 
@@ -168,6 +171,12 @@ def render_table(doc: dict) -> str:
     out.append("platform GPU-hours: physical {physical_gpu_hours:.3f} = allocated {allocated_gpu_hours:.3f} "
                "+ unallocated {unallocated_gpu_hours:.3f} + unavailable {unavailable_gpu_hours:.3f} "
                "+ difference {difference_gpu_hours:.3f}; unattributed {unattributed_gpu_hours:.3f}".format(**p))
+    if p["over_allocated_gpu_hours"]:
+        out.append(f"OVER-ALLOCATED GPU-hours (approved weights above 1 GPU): {p['over_allocated_gpu_hours']:.3f}")
+    for ep in doc["endpoints"]:
+        shares = ", ".join(f"{s['tenant_id']} {s['gpu_hours']:.3f}" for s in ep["shares"])
+        out.append(f"endpoint {ep['endpoint_id']} (owner {ep['owner_tenant_id']}, {ep['allocated_gpu_hours']:.3f} h) "
+                   f"shared by weighted tokens: {shares or 'no successful requests'}")
     for reason, n in p["unattributed_samples"].items():
         out.append(f"unattributed samples: {n} ({reason})")
     return "\n".join(out)
@@ -178,5 +187,6 @@ def render_csv(doc: dict) -> str:
     for e in doc["tenants"]:
         rows.append(",".join([e["tenant_id"], *(f"{v}" for v in (
             e["allocated_gpu_hours"], e["active_gpu_hours"], e["idle_allocated_gpu_hours"],
-            e["telemetry_coverage"], e["confidence_gpu_hours"]["high"]))]))
+            e["telemetry_coverage"], e["confidence_gpu_hours"]["high"], e["confidence_gpu_hours"]["modeled"],
+            e["service_share_gpu_hours"], e["requests"]))]))
     return "\n".join(rows) + "\n"
