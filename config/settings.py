@@ -31,6 +31,7 @@ class Settings(BaseSettings):
     dcgm_sample_span_s: float = Field(10.0, gt=0, description="Time one DCGM sample stands for: [observed_at, +span).")
     batch_max_records: int = Field(2000, ge=1, description="Records per processing batch (write, then commit).")
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
+    checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between processor checkpoints (0 = every batch).")
     query_port: int = Field(0, ge=0, description="Port of the worker's query endpoint (0 = any free port).")
 
     def effective_dsn(self) -> str:

@@ -216,11 +216,16 @@ class Attributor:
             else:
                 keep.append(scrape)
         self.guest_pending = keep
-        for host, st in self.vgpu_hosts.items():
+        waiting = {p[1][0] for p in keep}
+        for st in self.vgpu_hosts.values():
             for device, pieces in st.pieces.items():
+                if device in waiting:
+                    continue
                 horizon = self.guest_wm.get(device, NEG_INF) - self.node_grace_ms
-                while pieces and pieces[0].end_ms < horizon and not any(p[1][0] == device for p in keep):
-                    pieces.pop(0)
+                drop = 0
+                while drop < len(pieces) and pieces[drop].end_ms < horizon:
+                    drop += 1
+                del pieces[:drop]
 
     def _emit_guest(self, node: str, t: int, s: DeviceSample, pos: SourcePos, piece, reason: str) -> None:
         self._emit_targets(node, t, s, pos, [(s.gpu_uuid, piece, reason)], "")
@@ -316,7 +321,7 @@ def _node_state(s: NodeState) -> dict:
         "last_ms": s.last_ms, "last_holders": s.last_holders, "last_pos": list(s.last_pos),
         "pending_segments": s.pending_segments, "final_until_ms": s.final_until_ms,
         "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps,
-        "pieces": {d: [vars(p) for p in ps] for d, ps in s.pieces.items()},
+        "pieces": s.pieces,  # dataclasses: serialized as objects by the store's JSON encoder
         "pending_scrapes": s.pending_scrapes, "dcgm_wm_ms": s.dcgm_wm_ms,
     }
 
@@ -327,5 +332,5 @@ def _node_from(s: dict) -> NodeState:
         last_pos=tuple(s["last_pos"]),
         pending_segments=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s["pending_segments"]],
         final_until_ms=s["final_until_ms"], first_snapshot_ms=s["first_snapshot_ms"], gaps=s["gaps"],
-        pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},
+        pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},  # from the stored JSON
         pending_scrapes=s["pending_scrapes"], dcgm_wm_ms=s["dcgm_wm_ms"])

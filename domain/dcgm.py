@@ -44,48 +44,31 @@ class DcgmParse:
     skipped: dict[str, int]  # reason -> series count; parsed + skipped = every series of the scrape
 
 
-_label_cache: dict[str, dict[str, str]] = {}
-_LABEL_CACHE_MAX = 200_000
+_series_cache: dict[str, tuple] = {}
+_CACHE_MAX = 200_000
+_REPEATED = "repeated series of the same device (one per sharing pod)"
 
 
-def _labels(name: str, label_text: str) -> dict[str, str]:
-    """Label set of one series, parsed by prometheus_client's text parser once per distinct
-    label text (series repeat verbatim scrape after scrape, so the cache keeps this cheap)."""
-    labels = _label_cache.get(label_text)
-    if labels is None:
+def _identity(name: str, label_text: str) -> tuple:
+    """(device key, modelName, skip reason) of one series. The label set is parsed by
+    prometheus_client's text parser once per distinct label text: series repeat verbatim
+    scrape after scrape, so the cache keeps parsing cheap."""
+    found = _series_cache.get(label_text)
+    if found is None:
         families = list(text_string_to_metric_families(f"{name}{label_text} 0\n"))
-        labels = dict(families[0].samples[0].labels)
-        if len(_label_cache) >= _LABEL_CACHE_MAX:
-            _label_cache.clear()
-        _label_cache[label_text] = labels
-    return labels
-
-
-def _series(text: str):
-    """(name, labels, value) for each sample line of the families we read."""
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        brace = line.find("{")
-        if brace >= 0:
-            name = line[:brace]
-            if name not in _FIELDS:
-                yield name, None, 0.0
-                continue
-            close = line.rfind("}")
-            if close < brace:
-                raise ValueError(f"unterminated label set: {line[:120]!r}")
-            label_text, rest = line[brace:close + 1], line[close + 1:]
+        labels = families[0].samples[0].labels
+        uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
+        instance = labels.get("GPU_I_ID")
+        if not uuid:
+            found = (None, "", "no UUID label")
+        elif instance is not None and not instance.isdigit():
+            found = (None, "", "GPU_I_ID not a number")
         else:
-            name, _, rest = line.partition(" ")
-            if name not in _FIELDS:
-                yield name, None, 0.0
-                continue
-            label_text = "{}"
-        parts = rest.split()
-        if not parts:
-            raise ValueError(f"sample without a value: {line[:120]!r}")
-        yield name, _labels(name, label_text), float(parts[0])
+            found = ((uuid, None if instance is None else int(instance)), labels.get("modelName", ""), "")
+        if len(_series_cache) >= _CACHE_MAX:
+            _series_cache.clear()
+        _series_cache[label_text] = found
+    return found
 
 
 def parse_exposition(text: str) -> DcgmParse:
@@ -94,32 +77,43 @@ def parse_exposition(text: str) -> DcgmParse:
     models: dict[tuple[str, int | None], str] = {}
     skipped: dict[str, int] = {}
     parsed = 0
-    for name, labels, value in _series(text):
-        if labels is None:
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        brace = line.find("{")
+        if brace >= 0:
+            name = line[:brace]
+            close = line.rfind("}")
+            if close < brace:
+                raise ValueError(f"unterminated label set: {line[:120]!r}")
+            label_text, rest = line[brace:close + 1], line[close + 1:]
+        else:
+            name, _, rest = line.partition(" ")
+            label_text = "{}"
+        field = _FIELDS.get(name)
+        if field is None:
             reason = f"not an attribution field: {name}"
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
-        field = _FIELDS[name]
-        uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
-        if not uuid:
-            skipped["no UUID label"] = skipped.get("no UUID label", 0) + 1
-            continue
-        instance = labels.get("GPU_I_ID")
-        if instance is not None and not instance.isdigit():
-            skipped["GPU_I_ID not a number"] = skipped.get("GPU_I_ID not a number", 0) + 1
-            continue
-        if math.isnan(value) or abs(value) >= _SENTINEL_MIN:
-            skipped["DCGM blank sentinel"] = skipped.get("DCGM blank sentinel", 0) + 1
-            continue
-        key = (uuid, None if instance is None else int(instance))
-        fields = per_gpu.setdefault(key, {})
-        if field in fields:  # time-slicing: the exporter repeats a GPU's series for every sharing pod
-            reason = "repeated series of the same device (one per sharing pod)"
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        fields[field] = value
-        models.setdefault(key, labels.get("modelName", ""))
-        parsed += 1
+        parts = rest.split()
+        if not parts:
+            raise ValueError(f"sample without a value: {line[:120]!r}")
+        value = float(parts[0])
+        key, model, reason = _identity(name, label_text)
+        if not reason and (math.isnan(value) or abs(value) >= _SENTINEL_MIN):
+            reason = "DCGM blank sentinel"
+        if not reason:
+            fields = per_gpu.get(key)
+            if fields is None:
+                fields = per_gpu[key] = {}
+                models[key] = model
+            if field in fields:  # time-slicing: the exporter repeats a GPU's series per sharing pod
+                reason = _REPEATED
+            else:
+                fields[field] = value
+                parsed += 1
+                continue
+        skipped[reason] = skipped.get(reason, 0) + 1
     samples = []
     for key in sorted(per_gpu, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
         f = per_gpu[key]

@@ -61,6 +61,7 @@ class Inventory:
     unavailable: list[Unavailability] = field(default_factory=list)
     mig_profile_weights: dict[str, dict[str, float]] = field(default_factory=dict)
     vgpu_profile_weights: dict[str, float] = field(default_factory=dict)
+    _index: tuple | None = field(default=None, repr=False, compare=False)
 
     def vgpu_weight(self, profile: str) -> float | None:
         """The approved share of a physical GPU for a vGPU profile; None when not approved."""
@@ -84,10 +85,18 @@ class Inventory:
         return [g for g in self.gpus if g.node == node and g.covers(t_ms)]
 
     def gpu(self, gpu_uuid: str, t_ms: int) -> GpuEntry | None:
-        for g in self.gpus:
-            if g.gpu_uuid == gpu_uuid and g.covers(t_ms):
+        for g in self._by_uuid().get(gpu_uuid, ()):
+            if g.covers(t_ms):
                 return g
         return None
+
+    def _by_uuid(self) -> dict[str, list[GpuEntry]]:
+        if self._index is None or self._index[0] is not self.gpus:
+            index: dict[str, list[GpuEntry]] = {}
+            for g in self.gpus:
+                index.setdefault(g.gpu_uuid, []).append(g)
+            self._index = (self.gpus, index)
+        return self._index[1]
 
     def unavailable_windows(self, gpu_uuid: str, from_ms: int, to_ms: int) -> list[Unavailability]:
         return [u for u in self.unavailable if u.gpu_uuid == gpu_uuid and u.from_ms < to_ms and from_ms < u.to_ms]

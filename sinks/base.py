@@ -12,6 +12,8 @@ A crash between any two steps replays from the last checkpoint and rewrites the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import orjson
 from typing import Protocol
 
 from gpuledger.domain.facts import CapacityFact, UtilizationFact
@@ -68,8 +70,9 @@ class MemoryStore:
 
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None:
         current = self.checkpoints.get(processor)
-        if current is None or checkpoint.seq > current.seq:
-            self.checkpoints[processor] = checkpoint
+        if current is None or checkpoint.seq > current.seq:  # stored as JSON, like the real store: a snapshot
+            self.checkpoints[processor] = Checkpoint(checkpoint.seq, dict(checkpoint.offsets),
+                                                     orjson.loads(orjson.dumps(checkpoint.state)))
 
     def load_checkpoint(self, processor: str) -> Checkpoint | None:
         return self.checkpoints.get(processor)

@@ -5,11 +5,13 @@ them, feeds the pure attribution core, keeps per-partition event-time watermarks
 implements the delivery guarantee in ``flush``:
 
   1. write the batch's facts to the store (idempotent fact ids);
-  2. write a checkpoint: attribution state + the next offset of every partition it reflects;
-  3. return — only then does the runtime acknowledge the batch, so Kafka's committed
-     offsets never pass the checkpoint.
+  2. when asked (every few seconds, and when caught up), write a checkpoint: attribution
+     state + the next offset of every partition it reflects;
+  3. return — only then does the runtime acknowledge the batch.
 
-On start, state and offsets come from the last checkpoint; records below a checkpoint
+On start, state and offsets come from the last checkpoint, and the runtime moves the
+group's committed offsets back to it if they ran ahead (batches acknowledged after the
+last checkpoint are read again and rewrite the same facts). Records below a checkpoint
 offset (re-delivered because a commit was lost) are skipped, so nothing counts twice.
 """
 
@@ -136,7 +138,7 @@ class Processor:
         return min(marks) if marks else NEG_INF
 
     # -- write, then commit ------------------------------------------------------------
-    def flush(self) -> FlushResult:
+    def flush(self, checkpoint: bool = True) -> FlushResult:
         k8s_wm, pr_wm = self.watermark(self.topics.k8s.name), self.watermark(self.topics.podresources.name)
         vgpu_wm = self.watermark(self.topics.vgpu.name)
         capacity, utilization, requests = [], [], []
@@ -155,12 +157,14 @@ class Processor:
         self._references.clear()
         self.dead_letter_flush()
         self.store.write_facts(capacity, utilization, requests)  # 1. facts (and dead letters, above)
+        pending = sum(a.pending_samples() for a in self.attributors.values())
+        if not checkpoint:
+            return FlushResult(len(capacity), len(utilization), len(requests), pending)
         self.seq += 1
         self.store.save_checkpoint(PROCESSOR_NAME, Checkpoint(self.seq, dict(self.next_offsets), {  # 2. checkpoint
             "partition_wm": self.partition_wm, "dead_lettered": self.dead_lettered,
             "clusters": {c: a.to_state() for c, a in self.attributors.items()},
         }))
-        pending = sum(a.pending_samples() for a in self.attributors.values())
         return FlushResult(len(capacity), len(utilization), len(requests), pending)
 
     def caught_up(self, highs: dict[str, int]) -> bool:

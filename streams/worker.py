@@ -2,10 +2,10 @@
 
 One agent reads the reference, watch, PodResources and DCGM topics in batches
 (``take_events``); each batch goes through ``Processor.handle`` and ``Processor.flush``
-(facts, then checkpoint) before faust acknowledges it, so faust's committed offsets never
-pass the checkpoint. If the group's committed offsets are ever ahead of the checkpoint
-(a store restored from an older backup, a wiped engine), they are moved back to it
-before the worker joins.
+(facts; a checkpoint every ``checkpoint_interval_s`` and when caught up) before faust
+acknowledges it. Faust may commit offsets past the last checkpoint; on start the group's
+committed offsets are moved back to the checkpoint before the worker joins, so the
+batches after it are read again and rewrite the same facts.
 
 The embedded engine (chdb) can be opened by one process only, so this worker also serves
 queries for it: ``POST /query`` on 127.0.0.1, announced in ``HOME/process.json``.
@@ -63,7 +63,7 @@ _COORDINATOR_LOADING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_
 
 def _align_group_offsets(bootstrap: str, group: str, restored: dict[str, int],
                          extents: dict[str, tuple[int, int]], progress: Callable[[str], None]) -> None:
-    """Move committed offsets that are ahead of the checkpoint back to it (rare path)."""
+    """Move committed offsets that are ahead of the checkpoint back to it."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     tps = [TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1])) for k in extents]
     deadline = time.monotonic() + 60
@@ -91,6 +91,14 @@ def _align_group_offsets(bootstrap: str, group: str, restored: dict[str, int],
     progress(f"process: group offsets ahead of the checkpoint on {len(ahead)} partitions; moving them back")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + 60
+    while True:  # a worker killed a moment ago stays a member until its session times out
+        members = admin.describe_consumer_groups([group])[group].result().members
+        if not members:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"consumer group {group} still has members: is another `process` running?")
+        progress(f"process: waiting for the previous worker's session to expire ({len(members)} member(s) left)")
+        time.sleep(2)
     while True:
         try:
             admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, ahead)])[group].result()
@@ -134,7 +142,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                     broker_commit_interval=1.0)
     channel = app.topic(*names, value_type=bytes, key_type=bytes)
     stats = {"records": 0, "capacity": 0, "utilization": 0, "requests": 0, "started": time.monotonic(),
-             "last_report": 0.0}
+             "last_report": 0.0, "checkpointed": 0.0}
     worker_box: list[faust.Worker] = []
     stopping = asyncio.Event()
 
@@ -152,8 +160,12 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
             stopping.set()
             await worker_box[0].stop()
 
-    def apply_flush() -> None:
-        result = proc.flush()
+    def apply_flush(final: bool = False) -> None:
+        now = time.monotonic()
+        checkpoint = final or now - stats["checkpointed"] >= settings.checkpoint_interval_s
+        result = proc.flush(checkpoint)
+        if checkpoint:
+            stats["checkpointed"] = now
         stats["capacity"] += result.capacity_facts
         stats["utilization"] += result.utilization_facts
         stats["requests"] += result.request_facts
@@ -173,7 +185,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
         if stopping.is_set():
             return
         if until_caught_up and proc.caught_up(highs):
-            apply_flush()
+            apply_flush(final=True)
             report(0, force=True)
             progress("process: caught up")
             await stop()
