@@ -56,15 +56,16 @@ def namespace_object(name: str, uid: str, created_ms: int, tenant: str | None, p
 
 
 def pod_object(namespace: str, name: str, uid: str, node: str, created_ms: int, gpus: int, phase: str = "Running",
-               rv: int = 1, endpoint: str = "") -> dict:  # noqa: PLR0913
+               rv: int = 1, endpoint: str = "", mig_profile: str = "") -> dict:  # noqa: PLR0913
     labels = {"app.kubernetes.io/name": name.rsplit("-", 1)[0]}
     if endpoint:
         labels["gpuledger.io/endpoint"] = endpoint
-    limits = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": str(gpus)}
+    resource = f"nvidia.com/mig-{mig_profile}" if mig_profile else "nvidia.com/gpu"
+    limits = {"cpu": "8", "memory": "64Gi", resource: str(gpus)}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": str(rv),
                          "labels": labels, "creationTimestamp": format_rfc3339(created_ms)},
-            "spec": {"nodeName": node, "restartPolicy": "Never", "schedulerName": "default-scheduler",
+            "spec": {**({"nodeName": node} if node else {}), "restartPolicy": "Never", "schedulerName": "default-scheduler",
                      "containers": [{"name": "main", "image": "registry.example.com/ml/train:2.4",
                                      "resources": {"limits": limits, "requests": limits}}]},
             "status": {"phase": phase, "qosClass": "Guaranteed"}}

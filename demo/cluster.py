@@ -33,6 +33,7 @@ class PodPlan:
     sm_active: float  # mean SM-active ratio while running
     devices: tuple[str, ...] = ()  # explicit device ids (MIG-..., GPU-...::k) instead of whole GPUs
     endpoint: str = ""  # gpuledger.io/endpoint label: a shared model endpoint's serving pod
+    waits_for_mig: str = ""  # a MIG profile this pod asks for and never gets: it stays Pending
 
     def sm_at(self, gpu_index: int, t_ms: int) -> float:
         """Deterministic, bounded variation around the mean."""
@@ -154,12 +155,16 @@ def _watch_events(plan: ClusterPlan) -> list[tuple[int, int, str, dict]]:
     for p in plan.pods:
         created = p.start_ms - 5_000
         shown = max(created, plan.start_ms)
-        n = len(p.gpus) or len(p.devices)
-        for t, kind, phase in ((shown, "ADDED", "Pending"), (max(p.start_ms, plan.start_ms), "MODIFIED", "Running"),
-                               (p.end_ms, "DELETED", "Succeeded")):
+        n = len(p.gpus) or len(p.devices) or 1
+        steps = ((shown, "ADDED", "Pending"), (max(p.start_ms, plan.start_ms), "MODIFIED", "Running"),
+                 (p.end_ms, "DELETED", "Succeeded"))
+        if p.waits_for_mig:
+            steps = ((max(p.start_ms, plan.start_ms), "ADDED", "Pending"), (p.end_ms, "DELETED", "Pending"))
+        for t, kind, phase in steps:
             if t <= plan.end_ms:
-                events.append((t, 1, kind, pod_object(p.namespace, p.name, p.uid, p.node, created, n, phase,
-                                                      endpoint=p.endpoint)))
+                events.append((t, 1, kind, pod_object(p.namespace, p.name, p.uid, "" if p.waits_for_mig else p.node,
+                                                      p.start_ms if p.waits_for_mig else created, n, phase,
+                                                      endpoint=p.endpoint, mig_profile=p.waits_for_mig)))
     events.sort(key=lambda e: (e[0], e[1]))
     return events
 
@@ -187,7 +192,7 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
             w.watch(t, kind, obj)
     progress(f"generate: {len(merged)} watch events")
 
-    by_node = {node: [p for p in plan.pods if p.node == node] for node in plan.nodes}
+    by_node = {node: [p for p in plan.pods if p.node == node and not p.waits_for_mig] for node in plan.nodes}
     for t in range(plan.start_ms, plan.end_ms + 1, plan.snapshot_every_ms):
         for node, gpus in plan.nodes.items():
             holders = {}

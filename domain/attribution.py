@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from gpuledger.domain.capacity import Holders, Piece, segment_facts
 from gpuledger.domain.dcgm import DeviceSample, parse_exposition
-from gpuledger.domain.facts import CapacityFact, SourcePos, UtilizationFact, fact_id
+from gpuledger.domain.demand import closed_demand
+from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact, fact_id
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.podresources import device_holders
@@ -81,6 +82,8 @@ class Attributor:
         self._capacity_out: list[CapacityFact] = []
         self._util_out: list[UtilizationFact] = []
         self._request_out: list[RequestFact] = []
+        self._demand_out: list = []
+        self.demand_done: set[str] = set()  # pods whose MIG wait is already a fact
 
     # -- inputs ------------------------------------------------------------------
     def apply_inventory(self, doc: dict) -> None:
@@ -152,14 +155,15 @@ class Attributor:
             for host in sorted(self.vgpu_hosts):
                 self._finalize_vgpu(host, self.vgpu_hosts[host])
         self._attribute_guest_samples()
+        self._demand_out += closed_demand(self.book, self.cluster_id, self.k8s_watermark_ms, self.demand_done)
 
     def apply_request(self, record: dict, pos: SourcePos) -> None:
         """A finished request is a fact at once: it names its tenant itself."""
         self._request_out.append(request_fact(record, pos))
 
-    def drain(self) -> tuple[list[CapacityFact], list[UtilizationFact], list[RequestFact]]:
-        out = self._capacity_out, self._util_out, self._request_out
-        self._capacity_out, self._util_out, self._request_out = [], [], []
+    def drain(self) -> FactBatch:
+        out = FactBatch(self._capacity_out, self._util_out, self._request_out, self._demand_out)
+        self._capacity_out, self._util_out, self._request_out, self._demand_out = [], [], [], []
         return out
 
     def pending_samples(self) -> int:
@@ -295,6 +299,7 @@ class Attributor:
             "k8s_wm": self.k8s_watermark_ms, "pr_wm": self.pr_watermark_ms, "vgpu_wm": self.vgpu_watermark_ms,
             "counters": vars(self.counters),
             "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
+            "demand_done": sorted(self.demand_done),
             "nodes": {n: _node_state(s) for n, s in self.nodes.items()},
             "vgpu_hosts": {h: _node_state(s) for h, s in self.vgpu_hosts.items()},
         }
@@ -311,6 +316,7 @@ class Attributor:
         att.vgpu_index = dict(state.get("vgpu_index", {}))
         att.guest_pending = list(state.get("guest_pending", []))
         att.guest_wm = dict(state.get("guest_wm", {}))
+        att.demand_done = set(state.get("demand_done", []))
         att.nodes = {n: _node_from(s) for n, s in state["nodes"].items()}
         att.vgpu_hosts = {h: _node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att

@@ -5,11 +5,11 @@ and the store deduplicates them, plus the source position it came from."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from gpuledger.domain.timeutil import MS_PER_HOUR
 
-__all__ = ["CONFIDENCES", "KINDS", "CapacityFact", "SourcePos", "UtilizationFact", "fact_id"]
+__all__ = ["CONFIDENCES", "KINDS", "CapacityFact", "FactBatch", "SourcePos", "UtilizationFact", "fact_id"]
 
 KINDS = ("allocated", "unallocated", "unavailable", "over_allocated")
 CONFIDENCES = ("high", "medium", "modeled", "unattributed", "")
@@ -96,3 +96,19 @@ class UtilizationFact:
 
     def row(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class FactBatch:
+    """What one flush writes: every kind of fact, each list possibly empty."""
+
+    capacity: list = field(default_factory=list)
+    utilization: list = field(default_factory=list)
+    requests: list = field(default_factory=list)
+    demand: list = field(default_factory=list)
+
+    def extend(self, other: FactBatch) -> None:
+        self.capacity += other.capacity
+        self.utilization += other.utilization
+        self.requests += other.requests
+        self.demand += other.demand

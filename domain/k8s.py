@@ -50,6 +50,8 @@ class PodLife:
     start_ms: int
     end_ms: int | None = None
     endpoint_id: str = ""
+    running_ms: int | None = None  # first seen Running: the end of its wait for resources
+    mig_requests: dict[str, int] = field(default_factory=dict)  # MIG profile -> instances requested
 
     def covers(self, t_ms: int) -> bool:
         return self.start_ms <= t_ms and (self.end_ms is None or t_ms < self.end_ms)
@@ -113,12 +115,14 @@ class OwnershipBook:
         if life is None:
             labels = meta.get("labels") or {}
             life = PodLife(uid, namespace, name, (obj.get("spec") or {}).get("nodeName") or "",
-                           _created_ms(meta, t_ms), None, labels.get(LABEL_ENDPOINT, ""))
+                           _created_ms(meta, t_ms), None, labels.get(LABEL_ENDPOINT, ""), None, _mig_requests(obj))
             self.pods[uid] = life
             self.pods_by_name.setdefault(f"{namespace}/{name}", []).append(uid)
         if not life.node:
             life.node = (obj.get("spec") or {}).get("nodeName") or ""
         phase = (obj.get("status") or {}).get("phase")
+        if phase == "Running" and (life.running_ms is None or t_ms < life.running_ms):
+            life.running_ms = t_ms
         if event_type == "DELETED" or phase in _TERMINAL_PHASES:
             if life.end_ms is None or t_ms < life.end_ms:
                 life.end_ms = max(t_ms, life.start_ms)
@@ -154,8 +158,8 @@ class OwnershipBook:
         return {
             "namespaces": [[v.uid, v.name, v.from_ms, v.to_ms, v.tenant_id, v.project_id, v.cost_center]
                            for vs in self.namespaces.values() for v in vs],
-            "pods": [[p.uid, p.namespace, p.name, p.node, p.start_ms, p.end_ms, p.endpoint_id]
-                     for p in self.pods.values()],
+            "pods": [[p.uid, p.namespace, p.name, p.node, p.start_ms, p.end_ms, p.endpoint_id, p.running_ms,
+                      p.mig_requests] for p in self.pods.values()],
         }
 
     @classmethod
@@ -171,6 +175,21 @@ class OwnershipBook:
             book.pods[p.uid] = p
             book.pods_by_name.setdefault(f"{p.namespace}/{p.name}", []).append(p.uid)
         return book
+
+
+def _mig_requests(pod: dict) -> dict[str, int]:
+    """MIG instances a pod asks for: ``nvidia.com/mig-<profile>`` requests (or limits)."""
+    out: dict[str, int] = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        for key, value in asked.items():
+            if key.startswith("nvidia.com/mig-"):
+                try:
+                    out[key.removeprefix("nvidia.com/mig-")] = out.get(key.removeprefix("nvidia.com/mig-"), 0) + int(value)
+                except (TypeError, ValueError):
+                    continue
+    return out
 
 
 def _created_ms(meta: dict, observed_at_ms: int) -> int:

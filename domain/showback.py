@@ -96,18 +96,27 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         "tenants": listed,
         "endpoints": endpoints,
         "productive_work": [w for w in work if tenant is None or w["tenant_id"] == tenant],
-        "fragmentation": _fragmentation(rows.get("fragmentation", ())),
+        "fragmentation": _fragmentation(rows.get("fragmentation", ()), rows.get("unhostable", ())),
         "platform": platform,
     }
 
 
-def _fragmentation(rows) -> list[dict]:
-    """Per GPU class: free MIG instance-hours by profile, their GPU-equivalent, and the
-    GPU-hours no instance covers (a layout that leaves slices unusable)."""
+def _fragmentation(rows, unhostable) -> list[dict]:
+    """Per GPU class: free MIG instance-hours by profile, their GPU-equivalent, the GPU-hours
+    no instance covers (a layout that leaves slices unusable), and free capacity that could
+    not host a profile pods were waiting for."""
     out: dict[str, dict] = {}
+
+    def entry(gpu_class: str) -> dict:
+        return out.setdefault(gpu_class, {"gpu_class": gpu_class, "free_instance_hours": {},
+                                          "free_gpu_equivalent_hours": 0.0, "unpartitioned_gpu_hours": 0.0,
+                                          "could_not_host": []})
+
+    for gpu_class, profile, waits, waited_h, free_h in unhostable:
+        entry(gpu_class)["could_not_host"].append({"profile": profile, "waits": waits, "pod_hours_waited": waited_h,
+                                                   "free_gpu_equivalent_hours_meanwhile": free_h})
     for gpu_class, profile, instance_hours, gpu_hours in rows:
-        e = out.setdefault(gpu_class, {"gpu_class": gpu_class, "free_instance_hours": {},
-                                       "free_gpu_equivalent_hours": 0.0, "unpartitioned_gpu_hours": 0.0})
+        e = entry(gpu_class)
         if profile:
             e["free_instance_hours"][profile] = instance_hours
             e["free_gpu_equivalent_hours"] += gpu_hours

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import orjson
 from typing import Protocol
 
-from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.domain.demand import DemandFact
+from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.inventory import Inventory
 from gpuledger.domain.requests import RequestFact
 
@@ -35,8 +36,7 @@ class Checkpoint:
 
 
 class FactStore(Protocol):
-    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact],
-                    requests: list[RequestFact]) -> None: ...
+    def write_facts(self, batch: FactBatch) -> None: ...
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None: ...
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None: ...
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None: ...
@@ -50,15 +50,16 @@ class MemoryStore:
     capacity: dict[str, CapacityFact] = field(default_factory=dict)
     utilization: dict[str, UtilizationFact] = field(default_factory=dict)
     requests: dict[str, RequestFact] = field(default_factory=dict)
+    demand: dict[str, DemandFact] = field(default_factory=dict)
     references: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     inventory: dict[str, Inventory] = field(default_factory=dict)
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
 
-    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact],
-                    requests: list[RequestFact]) -> None:
-        self.capacity.update((f.fact_id, f) for f in capacity)
-        self.utilization.update((f.fact_id, f) for f in utilization)
-        self.requests.update((f.fact_id, f) for f in requests)
+    def write_facts(self, batch: FactBatch) -> None:
+        self.capacity.update((f.fact_id, f) for f in batch.capacity)
+        self.utilization.update((f.fact_id, f) for f in batch.utilization)
+        self.requests.update((f.fact_id, f) for f in batch.requests)
+        self.demand.update((f.fact_id, f) for f in batch.demand)
 
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
         current = self.references.get((cluster_id, kind))

@@ -10,11 +10,11 @@ import orjson
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.domain.facts import FactBatch
 from gpuledger.domain.inventory import Inventory
-from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, StoreError
-from gpuledger.sinks.schema_sql import CAPACITY_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS, ddl_statements
+from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS,
+                                       ddl_statements)
 
 __all__ = ["ClickHouseStore", "EngineLockedError"]
 
@@ -61,12 +61,12 @@ class ClickHouseStore:
         except ClickHouseError as exc:
             raise StoreError(f"insert into {self.db}.{table} failed: {str(exc).splitlines()[0]}") from exc
 
-    def write_facts(self, capacity: list[CapacityFact], utilization: list[UtilizationFact],
-                    requests: list[RequestFact]) -> None:
-        self._insert("capacity_facts", [[getattr(f, c) for c in CAPACITY_COLUMNS] for f in capacity], CAPACITY_COLUMNS)
-        self._insert("utilization_facts", [[getattr(f, c) for c in UTILIZATION_COLUMNS] for f in utilization],
-                     UTILIZATION_COLUMNS)
-        self._insert("request_facts", [[getattr(f, c) for c in REQUEST_COLUMNS] for f in requests], REQUEST_COLUMNS)
+    def write_facts(self, batch: FactBatch) -> None:
+        for table, columns, facts in (("capacity_facts", CAPACITY_COLUMNS, batch.capacity),
+                                      ("utilization_facts", UTILIZATION_COLUMNS, batch.utilization),
+                                      ("request_facts", REQUEST_COLUMNS, batch.requests),
+                                      ("demand_facts", DEMAND_COLUMNS, batch.demand)):
+            self._insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
 
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
         self._insert("reference_documents", [[cluster_id, kind, observed_at_ms, document]],

@@ -8,7 +8,7 @@ rebuilt month can replace its partition whole.
 
 from __future__ import annotations
 
-__all__ = ["CAPACITY_COLUMNS", "REQUEST_COLUMNS", "UTILIZATION_COLUMNS", "ddl_statements"]
+__all__ = ["CAPACITY_COLUMNS", "DEMAND_COLUMNS", "REQUEST_COLUMNS", "UTILIZATION_COLUMNS", "ddl_statements"]
 
 CAPACITY_COLUMNS = [
     "fact_id", "cluster_id", "kind", "gpu_uuid", "device_id", "node", "gpu_class", "mode", "profile", "capacity_fraction",
@@ -27,6 +27,12 @@ REQUEST_COLUMNS = [
     "fact_id", "cluster_id", "endpoint_id", "model", "revision", "request_id", "tenant_id", "project_id",
     "observed_at_ms", "arrived_at_ms", "outcome", "input_tokens", "output_tokens", "queue_s", "ttft_s", "e2e_s",
     "src_topic", "src_partition", "src_offset",
+]
+
+
+DEMAND_COLUMNS = [
+    "fact_id", "cluster_id", "tenant_id", "namespace", "pod_name", "pod_uid", "profile", "instances",
+    "waited_from_ms", "waited_to_ms", "outcome",
 ]
 
 
@@ -67,6 +73,13 @@ def ddl_statements(db: str) -> list[str]:
             e2e_s Nullable(Float64), src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
             observed_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(observed_at_ms, 'UTC')
         ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(observed_at) ORDER BY (cluster_id, fact_id)""",
+        # Pods that waited for a MIG profile: set against free MIG capacity (fragmentation).
+        f"""CREATE TABLE IF NOT EXISTS {db}.demand_facts (
+            fact_id String, cluster_id LowCardinality(String), tenant_id LowCardinality(String), namespace String,
+            pod_name String, pod_uid String, profile LowCardinality(String), instances UInt32,
+            waited_from_ms Int64, waited_to_ms Int64, outcome LowCardinality(String),
+            waited_from DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(waited_from_ms, 'UTC')
+        ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(waited_from) ORDER BY (cluster_id, fact_id)""",
         # Reference documents (rate cards, quotas) as published, latest per kind wins.
         f"""CREATE TABLE IF NOT EXISTS {db}.reference_documents (
             cluster_id LowCardinality(String), kind LowCardinality(String), observed_at_ms Int64, document String

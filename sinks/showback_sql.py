@@ -99,6 +99,26 @@ def fragmentation_sql(db: str) -> str:
         GROUP BY gpu_class, profile ORDER BY gpu_class, profile"""
 
 
+def unhostable_sql(db: str) -> str:
+    """Free MIG capacity that could not host a waiting pod's profile: for each wait during
+    which no instance of that profile was free in a GPU class, the class's free GPU-equivalent
+    hours meanwhile (other profiles and capacity in no instance)."""
+    return f"""SELECT gpu_class, profile, count(), sum(waited_h), sum(free_other_h) FROM (
+            SELECT d.fact_id, d.profile AS profile, c.gpu_class AS gpu_class, any(d.waited_h) AS waited_h,
+                sumIf(least(c.valid_to_ms, d.b) - greatest(c.valid_from_ms, d.a), c.profile = d.profile) AS free_same,
+                sumIf((least(c.valid_to_ms, d.b) - greatest(c.valid_from_ms, d.a)) * c.capacity_fraction,
+                      c.profile != d.profile) / 3600000 AS free_other_h
+            FROM (SELECT fact_id, profile, greatest(waited_from_ms, %(f)s) AS a, least(waited_to_ms, %(t)s) AS b,
+                         (b - a) / 3600000 AS waited_h
+                  FROM {db}.demand_facts FINAL WHERE waited_to_ms > %(f)s AND waited_from_ms < %(t)s) AS d
+            CROSS JOIN (SELECT gpu_class, profile, capacity_fraction, valid_from_ms, valid_to_ms
+                        FROM {db}.capacity_facts FINAL
+                        WHERE mode = 'mig' AND kind = 'unallocated' AND {_IN_WINDOW}) AS c
+            WHERE c.valid_to_ms > d.a AND c.valid_from_ms < d.b
+            GROUP BY d.fact_id, d.profile, c.gpu_class)
+        WHERE free_same = 0 GROUP BY gpu_class, profile ORDER BY gpu_class, profile"""
+
+
 def ratecards_sql(db: str) -> str:
     return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = 'ratecards' ORDER BY observed_at_ms DESC"
 
@@ -125,4 +145,5 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["productive_work"] = reader.query(productive_work_sql(db), p)[1]
     rows["ratecards"] = [r[0] for r in reader.query(ratecards_sql(db))[1]]
     rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]
+    rows["unhostable"] = reader.query(unhostable_sql(db), p)[1]
     return rows

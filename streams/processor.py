@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import orjson
 
 from gpuledger.domain.attribution import NEG_INF, Attributor
-from gpuledger.domain.facts import SourcePos
+from gpuledger.domain.facts import FactBatch, SourcePos
 from gpuledger.domain.inventory import InventoryError, parse_inventory
 from gpuledger.domain.k8s import WatchError
 from gpuledger.domain.podresources import PodResourcesError
@@ -141,14 +141,11 @@ class Processor:
     def flush(self, checkpoint: bool = True) -> FlushResult:
         k8s_wm, pr_wm = self.watermark(self.topics.k8s.name), self.watermark(self.topics.podresources.name)
         vgpu_wm = self.watermark(self.topics.vgpu.name)
-        capacity, utilization, requests = [], [], []
+        batch = FactBatch()
         for cluster in sorted(self.attributors):
             att = self.attributors[cluster]
             att.advance(k8s_wm, pr_wm, vgpu_wm)
-            cap, util, req = att.drain()
-            capacity += cap
-            utilization += util
-            requests += req
+            batch.extend(att.drain())
         for cluster, doc, ts in self._inventories:
             self.store.write_inventory(cluster, parse_inventory(doc), ts)
         for ref in self._references:
@@ -156,16 +153,17 @@ class Processor:
         self._inventories.clear()
         self._references.clear()
         self.dead_letter_flush()
-        self.store.write_facts(capacity, utilization, requests)  # 1. facts (and dead letters, above)
+        self.store.write_facts(batch)  # 1. facts (and dead letters, above)
         pending = sum(a.pending_samples() for a in self.attributors.values())
+        result = FlushResult(len(batch.capacity), len(batch.utilization), len(batch.requests), pending)
         if not checkpoint:
-            return FlushResult(len(capacity), len(utilization), len(requests), pending)
+            return result
         self.seq += 1
         self.store.save_checkpoint(PROCESSOR_NAME, Checkpoint(self.seq, dict(self.next_offsets), {  # 2. checkpoint
             "partition_wm": self.partition_wm, "dead_lettered": self.dead_lettered,
             "clusters": {c: a.to_state() for c, a in self.attributors.items()},
         }))
-        return FlushResult(len(capacity), len(utilization), len(requests), pending)
+        return result
 
     def caught_up(self, highs: dict[str, int]) -> bool:
         """True once every partition has been read up to the given end offsets."""

@@ -82,7 +82,8 @@ def sharing_plan() -> ClusterPlan:
 
     MIG layout A from 0: 3g.40gb (GI 1) + 3g.40gb (GI 2) + 1g.10gb (GI 7); re-partitioned at
     90 min to layout B: 4g.40gb (GI 1) + 3g.40gb (GI 2). alpha holds A-GI1 0..60 min, beta
-    A-GI2 30..90 min, gamma B-GI1 100..150 min. On node-t, alpha's pod holds replicas ::0 and
+    A-GI2 30..90 min, gamma B-GI1 100..150 min; gamma's pod wants-4g waits for a 4g.40gb
+    20..80 min, when layout A has none, and is deleted still Pending. On node-t, alpha's pod holds replicas ::0 and
     ::1 for 0..60 min, beta's pod ::2 for 30..120 min.
     """
     from gpuledger.demo.cluster import MigLayout, SharedGpu
@@ -105,6 +106,8 @@ def sharing_plan() -> ClusterPlan:
         shared_pod("gamma", "mig-c", (mig("b", 1),), "node-m", 100, 150, 0.9),
         shared_pod("alpha", "ts-a", (f"{ts_gpu.uuid}::0", f"{ts_gpu.uuid}::1"), "node-t", 0, 60, 0.3),
         shared_pod("beta", "ts-b", (f"{ts_gpu.uuid}::2",), "node-t", 30, 120, 0.2),
+        PodPlan("gamma-ns", "wants-4g", det_uuid("pod", "gamma", "wants-4g"), "", (), T0 + 20 * M, T0 + 80 * M, 0.0,
+                waits_for_mig="4g.40gb"),
     ]
     return ClusterPlan(start_ms=T0, end_ms=end, nodes={"node-m": [mig_gpu], "node-t": [ts_gpu]},
                        namespaces=namespaces, pods=pods,

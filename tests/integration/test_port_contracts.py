@@ -9,7 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import BOOTSTRAP
-from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.requests import RequestFact
 from gpuledger.producers.base import ListPublisher
 from gpuledger.producers.kafka import KafkaPublisher
@@ -129,8 +129,8 @@ def store(request, tmp_path):
 
 
 def test_store_writes_are_idempotent_by_fact_id(store):
-    store.store.write_facts([_cap(0), _cap(1)], [_util(0)], [_req(0)])
-    store.store.write_facts([_cap(1), _cap(2)], [_util(0), _util(1)], [_req(0), _req(1)])  # a replayed batch overlaps
+    store.store.write_facts(FactBatch([_cap(0), _cap(1)], [_util(0)], [_req(0)]))
+    store.store.write_facts(FactBatch([_cap(1), _cap(2)], [_util(0), _util(1)], [_req(0), _req(1)]))  # replayed batch
     caps, utils, reqs, rows = store.fact_ids()
     assert caps == {"c0", "c1", "c2"} and utils == {"u0", "u1"} and reqs == {"r0", "r1"} and rows == 3
 

@@ -43,3 +43,8 @@ def test_fragmentation_free_mig_capacity_by_profile(showback):
     assert frag["free_instance_hours"] == pytest.approx({"1g.10gb": 1.5, "3g.40gb": 2.5, "4g.40gb": 40 / 60}, abs=1e-6)
     assert frag["free_gpu_equivalent_hours"] == pytest.approx(1.5 / 7 + 2.5 * 3 / 7 + 40 / 60 * 4 / 7, abs=1e-6)
     assert frag["unpartitioned_gpu_hours"] == 0
+    (wait,) = frag["could_not_host"]  # wants-4g waited 20..80 min while layout A had no 4g.40gb free
+    assert (wait["profile"], wait["waits"]) == ("4g.40gb", 1)
+    assert wait["pod_hours_waited"] == pytest.approx(1.0, abs=1e-9)
+    # free meanwhile: 1g.10gb (1/7) for 60 min, 3g.40gb (3/7) for 10 + 20 min
+    assert wait["free_gpu_equivalent_hours_meanwhile"] == pytest.approx(1 / 7 + 0.5 * 3 / 7, abs=1e-6)

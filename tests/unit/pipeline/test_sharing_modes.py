@@ -93,3 +93,11 @@ def test_mig_parent_series_is_kept_apart(run):
     parent = plan.nodes["node-m"][0].uuid
     reasons = {u.reason for u in mp.store.utilization.values() if u.device_id == parent}
     assert reasons == {"MIG parent GPU: its instances carry the attribution"}
+
+
+def test_waiting_for_a_mig_profile_becomes_a_demand_fact(run):
+    _, mp = run
+    (wait,) = mp.store.demand.values()
+    assert (wait.tenant_id, wait.pod_name, wait.profile, wait.instances) == ("gamma", "wants-4g", "4g.40gb", 1)
+    assert (wait.waited_from_ms, wait.waited_to_ms) == (T0 + 20 * M, T0 + 80 * M)
+    assert wait.outcome == "ended without running"

@@ -1,0 +1,48 @@
+"""Waiting demand for MIG profiles: a pod that asked for ``nvidia.com/mig-<profile>`` and
+waited ``[created, running or deleted)``. Set against free MIG capacity, it shows capacity
+that could not host the profile asked for (fragmentation). A wait becomes a fact once it
+has ended and the watch stream has passed its end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuledger.domain.facts import fact_id
+from gpuledger.domain.k8s import OwnershipBook
+
+__all__ = ["DemandFact", "closed_demand"]
+
+
+@dataclass(frozen=True)
+class DemandFact:
+    fact_id: str
+    cluster_id: str
+    tenant_id: str
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    profile: str
+    instances: int
+    waited_from_ms: int
+    waited_to_ms: int
+    outcome: str  # scheduled, or ended without running
+
+
+def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, done: set[str]) -> list[DemandFact]:
+    out = []
+    for pod in book.pods.values():
+        if not pod.mig_requests or pod.uid in done:
+            continue
+        ends = [t for t in (pod.running_ms, pod.end_ms) if t is not None]
+        if not ends or min(ends) > k8s_watermark_ms:
+            continue
+        until = min(ends)
+        ns = book.namespace_at(pod.namespace, pod.start_ms)
+        outcome = "scheduled" if pod.running_ms is not None and pod.running_ms == until else "ended without running"
+        done.add(pod.uid)
+        for profile, n in sorted(pod.mig_requests.items()):
+            if until > pod.start_ms:
+                out.append(DemandFact(fact_id("demand", cluster_id, pod.uid, profile), cluster_id,
+                                      ns.tenant_id if ns else "", pod.namespace, pod.name, pod.uid, profile, n,
+                                      pod.start_ms, until, outcome))
+    return out
