@@ -129,7 +129,8 @@ class Attributor:
         st = self.nodes.setdefault(node, NodeState())
         rows = []
         for s in parsed.samples:
-            row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model]
+            row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model,
+                   s.per_pod]
             if s.gpu_uuid in self.vgpu_index or s.model.startswith("GRID "):
                 self.guest_pending.append([observed_at_ms, row, [pos.topic, pos.partition, pos.offset], node])
                 self.guest_wm[s.gpu_uuid] = max(self.guest_wm.get(s.gpu_uuid, NEG_INF), observed_at_ms)
@@ -258,11 +259,21 @@ class Attributor:
         self._emit_targets(node, t, s, pos, targets, gap)
 
     def _emit_targets(self, node: str, t: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str) -> None:
+        per_pod = {(ns, pod): v for ns, pod, v in s.per_pod}
+        held = {}
+        for _, piece, _ in targets:
+            if piece is not None and piece.pod_uid:
+                held[piece.pod_uid] = held.get(piece.pod_uid, 0) + 1
         for device, piece, why in targets:
             if piece is None and not why:
                 why = gap_reason or f"no capacity fact covers {device}"
+            ratio = s.sm_active_ratio
             if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
                 confidence, kind = piece.confidence, "allocated"
+                own = per_pod.get((piece.namespace, piece.pod_name))
+                if own is not None and piece.pod_uid:  # the pod's own series: relative to the share it holds
+                    ratio = min(1.0, own * len(targets) / held[piece.pod_uid])
+                    confidence = "medium"
                 self.counters.samples_attributed += 1
             else:
                 kind, confidence = (piece.kind if piece else "unknown"), "unattributed"
@@ -272,7 +283,7 @@ class Attributor:
             self._util_out.append(UtilizationFact(
                 fact_id=fact_id("utilization", self.cluster_id, device, t),
                 cluster_id=self.cluster_id, gpu_uuid=s.gpu_uuid, device_id=device, node=node, observed_at_ms=t,
-                span_ms=self.sample_span_ms, sm_active_ratio=s.sm_active_ratio, fb_used_bytes=s.fb_used_bytes,
+                span_ms=self.sample_span_ms, sm_active_ratio=ratio, fb_used_bytes=s.fb_used_bytes,
                 power_w=s.power_w, energy_j=s.energy_j, capacity_fact_id=piece.fact_id if piece else "", kind=kind,
                 tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
                 namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",

@@ -35,6 +35,7 @@ class DeviceSample:
     power_w: float | None
     energy_j: float | None
     model: str = ""  # modelName label: "GRID A100-40C" inside a vGPU guest
+    per_pod: tuple = ()  # ((namespace, pod, SM-active ratio), ...) when sharing pods' series differ
 
 
 @dataclass(frozen=True)
@@ -60,21 +61,37 @@ def _identity(name: str, label_text: str) -> tuple:
         uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
         instance = labels.get("GPU_I_ID")
         if not uuid:
-            found = (None, "", "no UUID label")
+            found = (None, "", "no UUID label", None)
         elif instance is not None and not instance.isdigit():
-            found = (None, "", "GPU_I_ID not a number")
+            found = (None, "", "GPU_I_ID not a number", None)
         else:
-            found = ((uuid, None if instance is None else int(instance)), labels.get("modelName", ""), "")
+            pod = (labels["namespace"], labels["pod"]) if labels.get("pod") and labels.get("namespace") else None
+            found = ((uuid, None if instance is None else int(instance)), labels.get("modelName", ""), "", pod)
         if len(_series_cache) >= _CACHE_MAX:
             _series_cache.clear()
         _series_cache[label_text] = found
     return found
 
 
+_RATIO_FIELDS = {"sm_active": 1.0, "gr_active": 1.0, "gpu_util_pct": 0.01}
+
+
+def _per_pod(by_field: dict[str, dict[tuple, float]]) -> tuple:
+    """Per-pod evidence: the sharing pods' series disagree (identical repeats carry none)."""
+    for field_name, scale in _RATIO_FIELDS.items():
+        values = by_field.get(field_name)
+        if values:
+            if len(set(values.values())) < 2:
+                return ()
+            return tuple((ns, pod, min(max(v * scale, 0.0), 1.0)) for (ns, pod), v in sorted(values.items()))
+    return ()
+
+
 def parse_exposition(text: str) -> DcgmParse:
     """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
     per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
     models: dict[tuple[str, int | None], str] = {}
+    pod_values: dict[tuple, dict[str, dict[tuple, float]]] = {}  # key -> field -> pod -> value
     skipped: dict[str, int] = {}
     parsed = 0
     for line in text.splitlines():
@@ -99,9 +116,11 @@ def parse_exposition(text: str) -> DcgmParse:
         if not parts:
             raise ValueError(f"sample without a value: {line[:120]!r}")
         value = float(parts[0])
-        key, model, reason = _identity(name, label_text)
+        key, model, reason, pod = _identity(name, label_text)
         if not reason and (math.isnan(value) or abs(value) >= _SENTINEL_MIN):
             reason = "DCGM blank sentinel"
+        if not reason and pod is not None and field in _RATIO_FIELDS:
+            pod_values.setdefault(key, {}).setdefault(field, {})[pod] = value
         if not reason:
             fields = per_gpu.get(key)
             if fields is None:
@@ -126,6 +145,6 @@ def parse_exposition(text: str) -> DcgmParse:
             fb_used_bytes=None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
             power_w=f.get("power_w"),
             energy_j=None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
-            model=models[key],
+            model=models[key], per_pod=_per_pod(pod_values.get(key, {})),
         ))
     return DcgmParse(samples, parsed, skipped)
