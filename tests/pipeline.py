@@ -38,6 +38,16 @@ def partitioned(topics: Topics, records: Iterable[Published]) -> list[tuple[str,
     return out
 
 
+def run_capture(capture: Path, grace_ms: int = GRACE_MS) -> tuple["MemoryPipeline", IngestSummary]:
+    """Ingest a capture and process all of it, in ingest order, on the in-memory twins."""
+    topics, pub, summary = ingest(capture)
+    records = partitioned(topics, pub.records)
+    mp = MemoryPipeline(topics, grace_ms=grace_ms)
+    mp.extents(records)
+    mp.feed(records)
+    return mp, summary
+
+
 class MemoryPipeline:
     def __init__(self, topics: Topics, store: MemoryStore | None = None, grace_ms: int = GRACE_MS) -> None:
         self.topics = topics

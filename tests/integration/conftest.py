@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gpuledger.sinks.clickhouse import ClickHouseStore
@@ -60,6 +61,12 @@ class Stack:
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen([*GPULEDGER, *args], env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
+
+    def showback_of(self, capture: Path, from_iso: str, to_iso: str) -> dict:
+        """Ingest a capture, process it until caught up, and read the showback document."""
+        self.run("ingest", str(capture))
+        self.run("process", "--until-caught-up")
+        return orjson.loads(self.run("showback", "--from", from_iso, "--to", to_iso, "--format", "json").stdout)
 
     def facts(self, with_source: bool = True) -> dict[str, list[tuple]]:
         """Every fact row (all columns, deduplicated), sorted: the fact set to compare.

@@ -3,7 +3,6 @@ with different token mixes) through the real broker, the faust worker and ClickH
 
 import statistics
 
-import orjson
 import pytest
 
 from gpuledger.demo.cluster import write_capture
@@ -15,10 +14,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def showback(stack, tmp_path):
     plan = service_plan()
-    stack.run("ingest", str(write_capture(plan, tmp_path / "capture")))
-    stack.run("process", "--until-caught-up")
-    out = stack.run("showback", "--from", "2026-10-01T00:00:00Z", "--to", "2026-10-01T03:00:00Z", "--format", "json")
-    return plan, orjson.loads(out.stdout)
+    capture = write_capture(plan, tmp_path / "capture")
+    return plan, stack.showback_of(capture, "2026-10-01T00:00:00Z", "2026-10-01T03:00:00Z")
 
 
 def test_vgpu_and_endpoint_shares(showback):

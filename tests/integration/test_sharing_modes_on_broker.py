@@ -1,7 +1,6 @@
 """MIG (two profiles, a re-partition mid-run) and time-slicing (4 replicas, two tenants)
 through the real broker, the faust worker and the ClickHouse engine."""
 
-import orjson
 import pytest
 
 from gpuledger.demo.cluster import write_capture
@@ -13,10 +12,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def showback(stack, tmp_path):
     plan = sharing_plan()
-    stack.run("ingest", str(write_capture(plan, tmp_path / "capture")))
-    stack.run("process", "--until-caught-up")
-    out = stack.run("showback", "--from", "2026-10-01T00:00:00Z", "--to", "2026-10-01T03:00:00Z", "--format", "json")
-    return plan, orjson.loads(out.stdout)
+    capture = write_capture(plan, tmp_path / "capture")
+    return plan, stack.showback_of(capture, "2026-10-01T00:00:00Z", "2026-10-01T03:00:00Z")
 
 
 def test_mig_and_timeslice_hours_shares_and_conservation(showback):

@@ -4,19 +4,15 @@ import pytest
 
 from gpuledger.demo.cluster import write_capture
 from plans import H, M, T0, expected_active_hours, expected_allocated_hours, truth_plan
-from pipeline import MemoryPipeline, ingest, partitioned
+from pipeline import run_capture
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     plan = truth_plan()
     cap = write_capture(plan, tmp_path_factory.mktemp("cap"))
-    topics, pub, summary = ingest(cap)
-    records = partitioned(topics, pub.records)
-    mp = MemoryPipeline(topics)
-    mp.extents(records)
-    mp.feed(records)
-    return plan, mp, records
+    mp, _ = run_capture(cap)
+    return plan, mp
 
 
 def _by_tenant(facts, value):
@@ -28,7 +24,7 @@ def _by_tenant(facts, value):
 
 
 def test_allocated_hours_exact_per_tenant(run):
-    plan, mp, _ = run
+    plan, mp = run
     got = _by_tenant([f for f in mp.store.capacity.values() if f.kind == "allocated"], lambda f: f.gpu_hours)
     want = expected_allocated_hours(plan)
     assert want == pytest.approx({"alpha": 3.5, "beta": 0.5 + 50 / 60, "gamma": 1.5 + 1.0}, abs=1e-12)
@@ -38,14 +34,14 @@ def test_allocated_hours_exact_per_tenant(run):
 
 
 def test_active_hours_within_half_a_percent(run):
-    plan, mp, _ = run
+    plan, mp = run
     got = _by_tenant(mp.store.utilization.values(), lambda u: u.span_ms * (u.sm_active_ratio or 0) / H)
     for tenant, want in expected_active_hours(plan).items():
         assert got[tenant] == pytest.approx(want, rel=0.005)
 
 
 def test_conservation_physical_equals_allocated_unallocated_unavailable(run):
-    plan, mp, _ = run
+    plan, mp = run
     hours = {}
     per_gpu_instant = {}
     for f in mp.store.capacity.values():
@@ -60,7 +56,7 @@ def test_conservation_physical_equals_allocated_unallocated_unavailable(run):
 
 
 def test_reused_name_and_owner_change_attribute_by_uid_and_time(run):
-    _, mp, _ = run
+    _, mp = run
     trainer = [f for f in mp.store.capacity.values() if f.pod_name == "trainer-0"]
     by_uid = {}
     for f in trainer:
@@ -72,7 +68,7 @@ def test_reused_name_and_owner_change_attribute_by_uid_and_time(run):
 
 
 def test_every_sample_accounted_for(run):
-    plan, mp, _ = run
+    plan, mp = run
     samples = mp.proc.attributors["prod-ai-1"].counters
     assert samples.samples == len(mp.store.utilization)
     assert samples.samples_attributed + samples.samples_unattributed == samples.samples
@@ -84,7 +80,7 @@ def test_every_sample_accounted_for(run):
 
 
 def test_coverage_counts_the_gap_as_unknown_not_idle(run):
-    plan, mp, _ = run
+    plan, mp = run
     a0 = plan.nodes["node-a"][0].uuid
     seen = {u.observed_at_ms for u in mp.store.utilization.values() if u.gpu_uuid == a0}
     assert not any(T0 + 20 * M <= t < T0 + 40 * M for t in seen)

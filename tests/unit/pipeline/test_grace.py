@@ -3,7 +3,7 @@
 from captures import split_lines
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.timeutil import parse_rfc3339_ms
-from pipeline import MemoryPipeline, ingest, partitioned
+from pipeline import run_capture
 from plans import truth_plan
 
 SILENT_FROM = parse_rfc3339_ms("2026-10-01T01:00:00Z")
@@ -17,11 +17,7 @@ def _run(tmp_path, grace_ms: int):
     plan = truth_plan()
     full = write_capture(plan, tmp_path / "full")
     split_lines(full, tmp_path / "early", tmp_path / "late", "podresources.jsonl", _node_b_after)
-    topics, pub, _ = ingest(tmp_path / "early")
-    records = partitioned(topics, pub.records)
-    mp = MemoryPipeline(topics, grace_ms=grace_ms)
-    mp.extents(records)
-    mp.feed(records)
+    mp, _ = run_capture(tmp_path / "early", grace_ms)
     b = {g.uuid for g in plan.nodes["node-b"]}
     return [u for u in mp.store.utilization.values() if u.gpu_uuid in b and u.observed_at_ms > SILENT_FROM], mp
 

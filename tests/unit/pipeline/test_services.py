@@ -4,19 +4,15 @@ import pytest
 
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.showback import build_showback
-from pipeline import MemoryPipeline, ingest, partitioned
+from pipeline import run_capture
 from plans import H, M, SERVICE_VGPU_TRUTH, T0, service_plan
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     plan = service_plan()
-    topics, pub, summary = ingest(write_capture(plan, tmp_path_factory.mktemp("cap")))
+    mp, summary = run_capture(write_capture(plan, tmp_path_factory.mktemp("cap")))
     assert sum(summary.rejected.values()) == 0
-    records = partitioned(topics, pub.records)
-    mp = MemoryPipeline(topics)
-    mp.extents(records)
-    mp.feed(records)
     return plan, mp
 
 

@@ -3,19 +3,14 @@
 import pytest
 
 from gpuledger.demo.cluster import write_capture
-from pipeline import MemoryPipeline, ingest, partitioned
+from pipeline import run_capture
 from plans import H, M, SHARING_PROFILE_HOURS, SHARING_TRUTH, T0, expected_sharing_active_hours, sharing_plan
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     plan = sharing_plan()
-    topics, pub, _ = ingest(write_capture(plan, tmp_path_factory.mktemp("cap")))
-    records = partitioned(topics, pub.records)
-    mp = MemoryPipeline(topics)
-    mp.extents(records)
-    mp.feed(records)
-    return plan, mp
+    return plan, run_capture(write_capture(plan, tmp_path_factory.mktemp("cap")))[0]
 
 
 def test_gpu_equivalent_hours_by_tenant_and_mode(run):

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gpuledger.demo.cluster import write_capture
-from pipeline import MemoryPipeline, ingest, partitioned
+from pipeline import run_capture
 from plans import M, T0, sharing_plan
 
 OWN = {"ts-a": 0.3, "ts-b": 0.05}  # measured SM-active of each pod's own series
@@ -35,11 +35,7 @@ def _give_pods_their_own_series(capture):
 def utilization(tmp_path_factory):
     cap = write_capture(sharing_plan(), tmp_path_factory.mktemp("cap"))
     _give_pods_their_own_series(cap)
-    topics, pub, _ = ingest(cap)
-    records = partitioned(topics, pub.records)
-    mp = MemoryPipeline(topics)
-    mp.extents(records)
-    mp.feed(records)
+    mp, _ = run_capture(cap)
     return [u for u in mp.store.utilization.values() if u.device_id.count("::")]
 
 
