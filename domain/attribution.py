@@ -97,31 +97,25 @@ class Attributor:
     def apply_podresources(self, node: str, response: dict, observed_at_ms: int, pos: SourcePos) -> None:
         holders = {d: (h.namespace, h.pod, h.container, h.resource)
                    for d, h in device_holders(response).items()}
-        st = self.nodes.setdefault(node, NodeState())
-        if st.last_ms is not None and observed_at_ms <= st.last_ms:
-            self.counters.stale_snapshots += 1
-            return
-        self.counters.snapshots += 1
-        if st.last_ms is not None:
-            st.pending_segments.append([st.last_ms, observed_at_ms, st.last_holders, list(st.last_pos)])
-        else:
-            st.first_snapshot_ms = observed_at_ms
-            st.final_until_ms = observed_at_ms
-        st.last_ms, st.last_holders, st.last_pos = observed_at_ms, holders, (pos.topic, pos.partition, pos.offset)
+        self._snapshot(self.nodes.setdefault(node, NodeState()), holders, observed_at_ms, pos)
 
     def apply_vgpu(self, host: str, vgpus: list[dict], observed_at_ms: int, pos: SourcePos) -> None:
         holders = vgpu_holders(vgpus)
-        st = self.vgpu_hosts.setdefault(host, NodeState())
+        if self._snapshot(self.vgpu_hosts.setdefault(host, NodeState()), holders, observed_at_ms, pos):
+            self.vgpu_index.update(dict.fromkeys(holders, host))
+
+    def _snapshot(self, st: NodeState, holders: dict, observed_at_ms: int, pos: SourcePos) -> bool:
+        """A full snapshot closes the segment the previous one opened; stale ones are counted."""
         if st.last_ms is not None and observed_at_ms <= st.last_ms:
             self.counters.stale_snapshots += 1
-            return
+            return False
         self.counters.snapshots += 1
-        self.vgpu_index.update(dict.fromkeys(holders, host))
         if st.last_ms is not None:
             st.pending_segments.append([st.last_ms, observed_at_ms, st.last_holders, list(st.last_pos)])
         else:
             st.first_snapshot_ms = st.final_until_ms = observed_at_ms
         st.last_ms, st.last_holders, st.last_pos = observed_at_ms, holders, (pos.topic, pos.partition, pos.offset)
+        return True
 
     def apply_dcgm(self, node: str, exposition: str, observed_at_ms: int, pos: SourcePos) -> dict[str, int]:
         """Parse a scrape and queue its samples; returns series skipped, by reason."""
@@ -137,7 +131,8 @@ class Attributor:
                 self.counters.samples += 1
             else:
                 rows.append(row)
-        st.pending_scrapes.append([observed_at_ms, rows, [pos.topic, pos.partition, pos.offset]])
+        if rows or not parsed.samples:  # a scrape inside a vGPU guest has nothing for the node itself
+            st.pending_scrapes.append([observed_at_ms, rows, [pos.topic, pos.partition, pos.offset]])
         st.dcgm_wm_ms = max(st.dcgm_wm_ms, observed_at_ms)
         self.counters.scrapes += 1
         self.counters.samples += len(rows)
