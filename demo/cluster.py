@@ -128,6 +128,7 @@ class ClusterPlan:
     vgpu_profile_weights: dict = field(default_factory=dict)
     requests: list[dict] = field(default_factory=list)  # requests.jsonl lines, verbatim
     ratecards: list[dict] = field(default_factory=list)
+    quotas: list[dict] = field(default_factory=list)
 
     def shared_gpu(self, gpu_uuid: str) -> SharedGpu | None:
         return next((g for g in self.shared if g.gpu.uuid == gpu_uuid), None)
@@ -179,6 +180,8 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
         vgpu_profile_weights=plan.vgpu_profile_weights)
     if plan.ratecards:
         w.document("ratecards.json", plan.ratecards)
+    if plan.quotas:
+        w.document("quotas.json", plan.quotas)
     rv = 1000
     bookmarks = range(plan.start_ms, plan.end_ms + 1, plan.bookmark_every_ms)
     merged = sorted([(t, 0, k, o) for t, _, k, o in _watch_events(plan)] + [(t, 1, "BOOKMARK", None) for t in bookmarks],

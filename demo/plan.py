@@ -29,6 +29,13 @@ RATECARDS = [{"version": "2026-10-v1", "valid_from": "2026-10-01T00:00:00Z", "va
               "overhead": {"amount": 500.00, "rule": "proportional_to_allocation"}}]
 
 
+QUOTAS = [{"tenant_id": t, "gpu_class": c, "guaranteed_gpus": g, "valid_from": "2026-10-01T00:00:00Z", "valid_to": None}
+          for t, c, g in (("finance", "H100-80GB", 3), ("research", "H100-80GB", 4), ("vision", "H100-80GB", 4),
+                          ("nlp", "H100-80GB", 3), ("recsys", "H100-80GB", 2), ("speech", "H100-80GB", 2),
+                          ("ml-platform", "H100-80GB", 4), ("finance", "A100-40GB", 0.5),
+                          ("research", "A100-40GB", 0.25))]
+
+
 def _round(ms: int) -> int:
     return ms - ms % STEP
 
@@ -147,5 +154,5 @@ def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
         shared=[SharedGpu(n4[0], "mig", layouts=layouts0), SharedGpu(n4[1], "mig", layouts=layouts1),
                 *(SharedGpu(n4[i], "timeslice", replicas=4, layouts=(MigLayout(start_ms, ()),)) for i in (2, 3))],
         vms=vms, vgpu_gpus=a100, vgpu_profile_weights={"A100-4C": 0.1, "A100-10C": 0.25, "A100-20C": 0.5},
-        requests=_requests(b.rng, start_ms, end_ms), ratecards=RATECARDS,
+        requests=_requests(b.rng, start_ms, end_ms), ratecards=RATECARDS, quotas=QUOTAS,
     )

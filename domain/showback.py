@@ -10,6 +10,7 @@ from __future__ import annotations
 import orjson
 
 from gpuledger.domain.endpoints import MICRO, endpoint_weights, largest_remainder, weighted_units
+from gpuledger.domain.quota import parse_quotas, split_by_quota
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
 __all__ = ["build_showback", "render_csv", "render_table"]
@@ -24,7 +25,8 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         if tid not in tenants:
             tenants[tid] = {
                 "tenant_id": tid, "allocated_gpu_hours": 0.0, "allocated_by_mode": dict.fromkeys(MODES, 0.0),
-                "mig_profile_hours": {}, "guaranteed_gpu_hours": None, "borrowed_gpu_hours": None,
+                "mig_profile_hours": {}, "guaranteed_gpu_hours": 0.0, "borrowed_gpu_hours": 0.0,
+                "gpu_hours_by_class": {},
                 "active_gpu_hours": 0.0, "idle_allocated_gpu_hours": 0.0, "telemetry_coverage": 0.0,
                 "covered_gpu_hours": 0.0, "service_share_gpu_hours": 0.0, "endpoint_recovered_gpu_hours": 0.0,
                 "requests": 0, "successful_requests": 0, "input_tokens": 0, "output_tokens": 0,
@@ -46,6 +48,13 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         e["covered_gpu_hours"] = covered
         e["active_gpu_hours"] = active
         e["idle_allocated_gpu_hours"] = max(0.0, covered - active)
+    quotas = [q for doc in rows.get("quotas", ())[:1] for q in parse_quotas(orjson.loads(doc))]
+    for (tid, gpu_class), (guaranteed, borrowed) in sorted(split_by_quota(
+            [tuple(r) for r in rows.get("held", ())], quotas, rows["from_ms"], rows["as_of_ms"]).items()):
+        e = entry(tid)
+        e["guaranteed_gpu_hours"] += guaranteed
+        e["borrowed_gpu_hours"] += borrowed
+        e["gpu_hours_by_class"][gpu_class] = {"guaranteed": guaranteed, "borrowed": borrowed}
     work = []
     for tid, ep, model, n, ok, tin, tout, queue, ttft, e2e in rows.get("productive_work", ()):
         e = entry(tid)
@@ -153,6 +162,7 @@ def _endpoints(rows: dict) -> tuple[str | None, list[dict]]:
 
 
 _COLUMNS = [("tenant", "tenant_id", "{}"), ("allocated_h", "allocated_gpu_hours", "{:.3f}"),
+            ("borrowed_h", "borrowed_gpu_hours", "{:.3f}"),
             ("active_h", "active_gpu_hours", "{:.3f}"), ("idle_h", "idle_allocated_gpu_hours", "{:.3f}"),
             ("coverage", "telemetry_coverage", "{:.1%}"), ("high_conf_h", None, "{:.3f}"),
             ("modeled_h", "modeled", "{:.3f}"), ("service_h", "service_share_gpu_hours", "{:.3f}"),
@@ -195,7 +205,7 @@ def render_csv(doc: dict) -> str:
     rows = [",".join(c[0] for c in _COLUMNS)]
     for e in doc["tenants"]:
         rows.append(",".join([e["tenant_id"], *(f"{v}" for v in (
-            e["allocated_gpu_hours"], e["active_gpu_hours"], e["idle_allocated_gpu_hours"],
+            e["allocated_gpu_hours"], e["borrowed_gpu_hours"], e["active_gpu_hours"], e["idle_allocated_gpu_hours"],
             e["telemetry_coverage"], e["confidence_gpu_hours"]["high"], e["confidence_gpu_hours"]["modeled"],
             e["service_share_gpu_hours"], e["requests"]))]))
     return "\n".join(rows) + "\n"

@@ -119,8 +119,15 @@ def unhostable_sql(db: str) -> str:
         WHERE free_same = 0 GROUP BY gpu_class, profile ORDER BY gpu_class, profile"""
 
 
-def ratecards_sql(db: str) -> str:
-    return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = 'ratecards' ORDER BY observed_at_ms DESC"
+def held_intervals_sql(db: str) -> str:
+    """Every allocated interval of a tenant, for the guaranteed/borrowed sweep against quotas."""
+    return f"""SELECT tenant_id, gpu_class, valid_from_ms, valid_to_ms, capacity_fraction
+        FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}"""
+
+
+def reference_sql(db: str, kind: str) -> str:
+    assert kind in ("ratecards", "quotas")
+    return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = '{kind}' ORDER BY observed_at_ms DESC"
 
 
 class ShowbackRows(dict):
@@ -143,7 +150,9 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["endpoint_capacity"] = reader.query(endpoint_capacity_sql(db), p)[1]
     rows["endpoint_usage"] = reader.query(endpoint_usage_sql(db), p)[1]
     rows["productive_work"] = reader.query(productive_work_sql(db), p)[1]
-    rows["ratecards"] = [r[0] for r in reader.query(ratecards_sql(db))[1]]
+    rows["ratecards"] = [r[0] for r in reader.query(reference_sql(db, "ratecards"))[1]]
+    rows["quotas"] = [r[0] for r in reader.query(reference_sql(db, "quotas"))[1]]
+    rows["held"] = reader.query(held_intervals_sql(db), p)[1]
     rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]
     rows["unhostable"] = reader.query(unhostable_sql(db), p)[1]
     return rows

@@ -45,7 +45,16 @@ def truth_plan(hours: int = 3) -> ClusterPlan:
         start_ms=T0, end_ms=end, nodes=nodes, namespaces=namespaces, pods=pods,
         telemetry_gaps=[(nodes["node-a"][0].uuid, T0 + 20 * M, T0 + 40 * M)],
         unavailable=[(nodes["node-b"][2].uuid, T0 + 120 * M, T0 + 150 * M, "maintenance")],
+        quotas=[{"tenant_id": "alpha", "gpu_class": "H100-80GB", "guaranteed_gpus": 1, "valid_from": "2026-10-01T00:00:00Z",
+                 "valid_to": None},
+                {"tenant_id": "gamma", "gpu_class": "H100-80GB", "guaranteed_gpus": 2, "valid_from": "2026-10-01T00:00:00Z",
+                 "valid_to": None}],
     )
+
+
+# alpha holds 2 GPUs 0..60 and 1 GPU 30..120 with 1 guaranteed; beta has no quota;
+# gamma never holds more than its 2 guaranteed.
+QUOTA_TRUTH = {"alpha": (2.0, 0.5 * 1 + 0.5 * 2), "beta": (0.0, 0.5 + 50 / 60), "gamma": (2.5, 0.0)}
 
 
 def expected_allocated_hours(plan: ClusterPlan) -> dict[str, float]:

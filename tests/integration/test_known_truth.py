@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 from gpuledger.demo.cluster import write_capture
-from plans import expected_active_hours, expected_allocated_hours, truth_plan
+from plans import QUOTA_TRUTH, expected_active_hours, expected_allocated_hours, truth_plan
 
 pytestmark = pytest.mark.integration
 
@@ -87,3 +87,12 @@ def test_csv_and_table_formats(showback):
     assert len(lines) == 1 + len(doc["tenants"])
     table = stack.run("showback", "--period", "2026-10").stdout
     assert "alpha" in table and "physical 24.000" in table
+
+
+def test_guaranteed_and_borrowed_by_quota(showback):
+    _, doc, _ = showback
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    for tenant, (guaranteed, borrowed) in QUOTA_TRUTH.items():
+        assert tenants[tenant]["guaranteed_gpu_hours"] == pytest.approx(guaranteed, abs=1e-6)
+        assert tenants[tenant]["borrowed_gpu_hours"] == pytest.approx(borrowed, abs=1e-6)
+        assert guaranteed + borrowed == pytest.approx(tenants[tenant]["allocated_gpu_hours"], abs=1e-6)

@@ -1,0 +1,71 @@
+"""Quotas split allocation into guaranteed and borrowed capacity: at each instant, a
+tenant's allocated GPU-equivalents of a GPU class up to its guaranteed quota are
+guaranteed, the rest borrowed (over quota). Quotas are effective-dated, ``[valid_from,
+valid_to)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuledger.domain.timeutil import MS_PER_HOUR, parse_rfc3339_ms
+
+__all__ = ["Quota", "QuotaError", "parse_quotas", "split_by_quota"]
+
+
+class QuotaError(ValueError):
+    """quotas.json does not have the documented shape."""
+
+
+@dataclass(frozen=True)
+class Quota:
+    tenant_id: str
+    gpu_class: str
+    guaranteed_gpus: float
+    valid_from_ms: int
+    valid_to_ms: int | None
+
+
+def parse_quotas(doc: list) -> list[Quota]:
+    if not isinstance(doc, list):
+        raise QuotaError("quotas must be a JSON list")
+    out = []
+    for i, q in enumerate(doc):
+        try:
+            out.append(Quota(str(q["tenant_id"]), str(q["gpu_class"]), float(q["guaranteed_gpus"]),
+                             parse_rfc3339_ms(q["valid_from"]),
+                             parse_rfc3339_ms(q["valid_to"]) if q.get("valid_to") else None))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QuotaError(f"quotas[{i}]: {exc!r}; needs tenant_id, gpu_class, guaranteed_gpus, valid_from") from exc
+    return out
+
+
+def _quota_at(quotas: list[Quota], t_ms: int) -> float:
+    current = [q for q in quotas if q.valid_from_ms <= t_ms and (q.valid_to_ms is None or t_ms < q.valid_to_ms)]
+    return max(current, key=lambda q: q.valid_from_ms).guaranteed_gpus if current else 0.0
+
+
+def split_by_quota(held: list[tuple[str, str, int, int, float]], quotas: list[Quota], from_ms: int,
+                   to_ms: int) -> dict[tuple[str, str], tuple[float, float]]:
+    """held: (tenant, gpu class, from_ms, to_ms, GPU-equivalents) intervals ->
+    {(tenant, class): (guaranteed GPU-hours, borrowed GPU-hours)} over ``[from_ms, to_ms)``."""
+    changes: dict[tuple[str, str], dict[int, float]] = {}
+    for tenant, gpu_class, a, b, fraction in held:
+        a, b = max(a, from_ms), min(b, to_ms)
+        if a < b:
+            steps = changes.setdefault((tenant, gpu_class), {})
+            steps[a] = steps.get(a, 0.0) + fraction
+            steps[b] = steps.get(b, 0.0) - fraction
+    out = {}
+    for key, steps in changes.items():
+        mine = [q for q in quotas if (q.tenant_id, q.gpu_class) == key]
+        cuts = set(steps) | {t for q in mine for t in (q.valid_from_ms, q.valid_to_ms) if t and from_ms < t < to_ms}
+        guaranteed_ms = borrowed_ms = 0.0
+        level = 0.0
+        times = sorted(cuts)
+        for t, nxt in zip(times, times[1:]):
+            level = round(level + steps.get(t, 0.0), 9)  # GPU-equivalents held in [t, nxt)
+            quota = _quota_at(mine, t)
+            guaranteed_ms += min(level, quota) * (nxt - t)
+            borrowed_ms += max(0.0, level - quota) * (nxt - t)
+        out[key] = (guaranteed_ms / MS_PER_HOUR, borrowed_ms / MS_PER_HOUR)
+    return out
