@@ -7,9 +7,14 @@ inputs are processed, never a made-up zero.
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import orjson
 
 from gpuledger.domain.endpoints import MICRO, endpoint_weights, largest_remainder, weighted_units
+from gpuledger.domain.cost import (TenantCost, round_cents, allocation_cost, card_windows, cents, overhead_share,
+                                   parse_ratecards, to_decimal, token_cost)
 from gpuledger.domain.quota import parse_quotas, split_by_quota
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
@@ -66,6 +71,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
                      "input_tokens": tin, "output_tokens": tout, "queue_s": _quantiles(queue),
                      "ttft_s": _quantiles(ttft), "e2e_s": _quantiles(e2e)})
     version, endpoints = _endpoints(rows)
+    currency, unpriced = _costs(rows, quotas, endpoints, entry)
     for ep in endpoints:
         entry(ep["owner_tenant_id"])["endpoint_recovered_gpu_hours"] += ep["recovered_gpu_hours"]
         for share in ep["shares"]:
@@ -88,6 +94,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         "unavailable_gpu_hours": by_kind["unavailable"],
         "unattributed_gpu_hours": unattributed,
         "over_allocated_gpu_hours": by_kind["over_allocated"],
+        "unpriced_gpu_hours": unpriced,
         # rounded to 1e-9 h (3.6 us): sums of float hours carry that much noise, no more
         "difference_gpu_hours": round(physical - by_kind["allocated"] - by_kind["unallocated"]
                                       - by_kind["unavailable"], 9) + 0.0,
@@ -102,6 +109,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         "as_of": format_rfc3339(rows["as_of_ms"]),
         "provisional": True,
         "ratecard_version": version,
+        "currency": currency,
         "tenants": listed,
         "endpoints": endpoints,
         "productive_work": [w for w in work if tenant is None or w["tenant_id"] == tenant],
@@ -132,6 +140,56 @@ def _fragmentation(rows, unhostable) -> list[dict]:
         else:
             e["unpartitioned_gpu_hours"] += gpu_hours
     return [out[k] for k in sorted(out)]
+
+
+def _clip(a: int, b: int, lo: int, hi: int) -> int:
+    return max(0, min(b, hi) - max(a, lo))
+
+
+def _costs(rows: dict, quotas, endpoints: list[dict], entry) -> tuple[str | None, dict[str, float]]:
+    """Price every card window; fill tenant ``cost`` and endpoint/share ``cost`` (see domain/cost.py)."""
+    cards = [c for doc in rows.get("ratecards", ())[:1] for c in parse_ratecards(orjson.loads(doc))]
+    if not cards:
+        return None, {}
+    costs: dict[str, TenantCost] = {}
+    endpoint_cost = {ep["endpoint_id"]: Decimal(0) for ep in endpoints}
+    unpriced: dict[str, float] = {}
+    held = [tuple(r) for r in rows.get("held", ())]
+    for card, a, b in card_windows(cards, rows["from_ms"], rows["as_of_ms"]):
+        if card is None:
+            for _, gpu_class, f, t, fr in held:
+                unpriced[gpu_class] = unpriced.get(gpu_class, 0.0) + fr * _clip(f, t, a, b) / 3_600_000
+            continue
+        hours = split_by_quota(held, quotas, a, b)
+        for gpu_class, h in allocation_cost(hours, card, costs).items():
+            unpriced[gpu_class] = unpriced.get(gpu_class, 0.0) + h
+        for tid, hour_ms, tin, tout in rows.get("hourly_tokens", ()):
+            if a <= hour_ms < b:
+                costs.setdefault(tid, TenantCost()).variable += token_cost(tin, tout, card)
+        allocated: dict[str, float] = {}
+        for (tid, _), (g, bo) in hours.items():
+            allocated[tid] = allocated.get(tid, 0.0) + g + bo
+        overhead_share(card, b - a, allocated, costs)
+        for ep, owner, gpu_class, f, t, fr in rows.get("endpoint_intervals", ()):
+            g, bo = hours.get((owner, gpu_class), (0.0, 0.0))
+            rates = card.gpu_hour.get(gpu_class)
+            if ep in endpoint_cost and rates and g + bo > 0:  # the owner's blended rate for the class
+                blended = (to_decimal(g) * rates.get("guaranteed", 0) + to_decimal(bo) * rates.get("borrowed", 0)) / (
+                    to_decimal(g) + to_decimal(bo))
+                endpoint_cost[ep] += to_decimal(fr * _clip(f, t, a, b) / 3_600_000) * blended
+    for ep in endpoints:
+        total = endpoint_cost[ep["endpoint_id"]]
+        ep["cost"] = float(round_cents(total))
+        parts = cents(total, {s["tenant_id"]: Fraction(s["weighted_units"]).limit_denominator(10**12)
+                              for s in ep["shares"]})
+        for share in ep["shares"]:
+            share["cost"] = float(parts[share["tenant_id"]])
+            if share["tenant_id"] != ep["owner_tenant_id"]:
+                costs.setdefault(share["tenant_id"], TenantCost()).service_share += parts[share["tenant_id"]]
+                costs.setdefault(ep["owner_tenant_id"], TenantCost()).endpoint_recovered += parts[share["tenant_id"]]
+    for tid, c in costs.items():
+        entry(tid)["cost"] = c.shown()
+    return cards[0].currency, unpriced
 
 
 def _quantiles(values) -> dict:
@@ -166,7 +224,7 @@ _COLUMNS = [("tenant", "tenant_id", "{}"), ("allocated_h", "allocated_gpu_hours"
             ("active_h", "active_gpu_hours", "{:.3f}"), ("idle_h", "idle_allocated_gpu_hours", "{:.3f}"),
             ("coverage", "telemetry_coverage", "{:.1%}"), ("high_conf_h", None, "{:.3f}"),
             ("modeled_h", "modeled", "{:.3f}"), ("service_h", "service_share_gpu_hours", "{:.3f}"),
-            ("requests", "requests", "{}")]
+            ("requests", "requests", "{}"), ("cost", "cost", "{}")]
 
 
 def _cells(e: dict) -> list[str]:
@@ -174,6 +232,8 @@ def _cells(e: dict) -> list[str]:
     for _, key, fmt in _COLUMNS:
         value = (e["confidence_gpu_hours"]["high"] if key is None else e["confidence_gpu_hours"]["modeled"]
                  if key == "modeled" else e[key])
+        if key == "cost":
+            value = "-" if value is None else f"{value['total']:.2f}"
         out.append(fmt.format(value))
     return out
 
@@ -183,7 +243,8 @@ def render_table(doc: dict) -> str:
     body = [_cells(e) for e in doc["tenants"]]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    out = [f"showback {doc['period']['from']} .. {doc['period']['to']} (evidence to {doc['as_of']}, provisional)",
+    money = f", money in {doc['currency']} by rate card {doc['ratecard_version']}" if doc.get("currency") else ""
+    out = [f"showback {doc['period']['from']} .. {doc['period']['to']} (evidence to {doc['as_of']}, provisional{money})",
            line(header), line(["-" * w for w in widths]), *map(line, body)]
     p = doc["platform"]
     out.append("")
@@ -207,5 +268,5 @@ def render_csv(doc: dict) -> str:
         rows.append(",".join([e["tenant_id"], *(f"{v}" for v in (
             e["allocated_gpu_hours"], e["borrowed_gpu_hours"], e["active_gpu_hours"], e["idle_allocated_gpu_hours"],
             e["telemetry_coverage"], e["confidence_gpu_hours"]["high"], e["confidence_gpu_hours"]["modeled"],
-            e["service_share_gpu_hours"], e["requests"]))]))
+            e["service_share_gpu_hours"], e["requests"], "" if e["cost"] is None else e["cost"]["total"]))]))
     return "\n".join(rows) + "\n"

@@ -125,6 +125,20 @@ def held_intervals_sql(db: str) -> str:
         FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}"""
 
 
+def endpoint_intervals_sql(db: str) -> str:
+    return f"""SELECT endpoint_id, tenant_id, gpu_class, valid_from_ms, valid_to_ms, capacity_fraction
+        FROM {db}.capacity_facts FINAL
+        WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {_IN_WINDOW}"""
+
+
+def hourly_tokens_sql(db: str) -> str:
+    """Successful requests' tokens per tenant and hour (rate cards change on hour edges)."""
+    return f"""SELECT tenant_id, intDiv(observed_at_ms, 3600000) * 3600000 AS hour_ms,
+            sumIf(input_tokens, outcome = 'success'), sumIf(output_tokens, outcome = 'success')
+        FROM {db}.request_facts FINAL WHERE {_REQUESTS_IN_WINDOW}
+        GROUP BY tenant_id, hour_ms ORDER BY tenant_id, hour_ms"""
+
+
 def reference_sql(db: str, kind: str) -> str:
     assert kind in ("ratecards", "quotas")
     return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = '{kind}' ORDER BY observed_at_ms DESC"
@@ -153,6 +167,8 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["ratecards"] = [r[0] for r in reader.query(reference_sql(db, "ratecards"))[1]]
     rows["quotas"] = [r[0] for r in reader.query(reference_sql(db, "quotas"))[1]]
     rows["held"] = reader.query(held_intervals_sql(db), p)[1]
+    rows["endpoint_intervals"] = reader.query(endpoint_intervals_sql(db), p)[1]
+    rows["hourly_tokens"] = reader.query(hourly_tokens_sql(db), p)[1]
     rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]
     rows["unhostable"] = reader.query(unhostable_sql(db), p)[1]
     return rows

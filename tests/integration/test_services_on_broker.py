@@ -49,3 +49,21 @@ def test_productive_work_and_latency_quantiles(showback):
                                                            abs=0.011)
     assert work["alpha"]["ttft_s"]["p99"] == pytest.approx(max(alpha_ttft), abs=0.011)
     assert work["alpha"]["e2e_s"]["p95"] >= work["alpha"]["e2e_s"]["p50"]
+
+
+def test_costs_from_the_rate_card(showback):
+    _, doc = showback
+    assert doc["currency"] == "USD"
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    (ep,) = doc["endpoints"]
+    # no quotas: all borrowed at 4.00/h; 2 GPUs x 3 h = 6 GPU-hours = 24.00, split 13:13:6 by weighted tokens
+    assert ep["cost"] == 24.00
+    assert {s["tenant_id"]: s["cost"] for s in ep["shares"]} == {"alpha": 9.75, "beta": 9.75, "gamma": 4.50}
+    owner = tenants["ml-platform"]["cost"]
+    assert (owner["borrowed"], owner["endpoint_recovered"], owner["total"]) == (24.00, 24.00, 0.00)
+    # successful requests only: alpha 100k in + 10k out, beta 10k + 40k, gamma 15k + 15k; 0.50 / 1.50 per million
+    assert tenants["alpha"]["cost"]["variable"] == 0.07  # 0.065, rounded only when shown
+    assert tenants["gamma"]["cost"]["variable"] == 0.03
+    assert tenants["beta"]["cost"]["total"] == pytest.approx(9.75 + 0.07, abs=0.01)
+    # the A100 vGPU hours are not priced by this card: reported, not dropped
+    assert doc["platform"]["unpriced_gpu_hours"] == {"A100-40GB": pytest.approx(1.5 + 0.15 + 0.1, abs=1e-9)}
