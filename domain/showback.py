@@ -100,6 +100,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
                                       - by_kind["unavailable"], 9) + 0.0,
         "unattributed_samples": {reason: n for reason, n in rows["unattributed_samples"]},
     }
+    platform["idle_gpu_hours"] = _idle_classes(tenants.values(), platform, rows.get("fragmentation", ()))
     listed = sorted(tenants.values(), key=lambda e: e["tenant_id"])
     if tenant is not None:
         listed = [e for e in listed if e["tenant_id"] == tenant]
@@ -140,6 +141,25 @@ def _fragmentation(rows, unhostable) -> list[dict]:
         else:
             e["unpartitioned_gpu_hours"] += gpu_hours
     return [out[k] for k in sorted(out)]
+
+
+def _idle_classes(tenants, platform: dict, fragmentation_rows) -> dict:
+    """Idle, never one bucket. Allocated = active + tenant-reserved idle + borrowed idle +
+    telemetry-unknown; unallocated = platform unallocated + fragmentation (MIG capacity in no
+    instance); unavailable = reliability reserve. A tenant's idle time is divided between its
+    guaranteed and borrowed hours in proportion to them (idle is measured per sample, the
+    quota split per instant)."""
+    reserved = borrowed = unknown = 0.0
+    for e in tenants:
+        idle, allocated = e["idle_allocated_gpu_hours"], e["allocated_gpu_hours"]
+        if allocated:
+            reserved += idle * e["guaranteed_gpu_hours"] / allocated
+            borrowed += idle * e["borrowed_gpu_hours"] / allocated
+        unknown += max(0.0, allocated - e["covered_gpu_hours"])
+    fragmentation = sum(gpu_hours for _, profile, _, gpu_hours in fragmentation_rows if not profile)
+    return {"tenant_reserved": reserved, "borrowed": borrowed,
+            "platform_unallocated": platform["unallocated_gpu_hours"] - fragmentation, "fragmentation": fragmentation,
+            "reliability_reserve": platform["unavailable_gpu_hours"], "telemetry_unknown": unknown}
 
 
 def _clip(a: int, b: int, lo: int, hi: int) -> int:

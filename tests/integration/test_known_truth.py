@@ -96,3 +96,13 @@ def test_guaranteed_and_borrowed_by_quota(showback):
         assert tenants[tenant]["guaranteed_gpu_hours"] == pytest.approx(guaranteed, abs=1e-6)
         assert tenants[tenant]["borrowed_gpu_hours"] == pytest.approx(borrowed, abs=1e-6)
         assert guaranteed + borrowed == pytest.approx(tenants[tenant]["allocated_gpu_hours"], abs=1e-6)
+
+
+def test_idle_classes_account_for_all_capacity(showback):
+    _, doc, _ = showback
+    p, idle = doc["platform"], doc["platform"]["idle_gpu_hours"]
+    active = sum(t["active_gpu_hours"] for t in doc["tenants"])
+    assert p["physical_gpu_hours"] == pytest.approx(active + sum(idle.values()) + p["difference_gpu_hours"], abs=1e-6)
+    assert idle["reliability_reserve"] == pytest.approx(0.5, abs=1e-9)  # b2's maintenance window
+    assert idle["telemetry_unknown"] == pytest.approx(20 / 60, abs=1e-6)  # a0 dark for 20 min under alpha
+    assert idle["fragmentation"] == 0  # no MIG here
