@@ -70,8 +70,8 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         work.append({"tenant_id": tid, "endpoint_id": ep, "model": model, "requests": n, "successful_requests": ok,
                      "input_tokens": tin, "output_tokens": tout, "queue_s": _quantiles(queue),
                      "ttft_s": _quantiles(ttft), "e2e_s": _quantiles(e2e)})
-    version, endpoints = _endpoints(rows)
-    currency, unpriced = _costs(rows, quotas, endpoints, entry)
+    version, endpoints, units = _endpoints(rows)
+    currency, unpriced = _costs(rows, quotas, endpoints, units, entry)
     for ep in endpoints:
         entry(ep["owner_tenant_id"])["endpoint_recovered_gpu_hours"] += ep["recovered_gpu_hours"]
         for share in ep["shares"]:
@@ -166,7 +166,8 @@ def _clip(a: int, b: int, lo: int, hi: int) -> int:
     return max(0, min(b, hi) - max(a, lo))
 
 
-def _costs(rows: dict, quotas, endpoints: list[dict], entry) -> tuple[str | None, dict[str, float]]:
+def _costs(rows: dict, quotas, endpoints: list[dict], units: dict[str, dict[str, Fraction]],
+           entry) -> tuple[str | None, dict[str, float]]:
     """Price every card window; fill tenant ``cost`` and endpoint/share ``cost`` (see domain/cost.py)."""
     cards = [c for doc in rows.get("ratecards", ())[:1] for c in parse_ratecards(orjson.loads(doc))]
     if not cards:
@@ -200,8 +201,7 @@ def _costs(rows: dict, quotas, endpoints: list[dict], entry) -> tuple[str | None
     for ep in endpoints:
         total = endpoint_cost[ep["endpoint_id"]]
         ep["cost"] = float(round_cents(total))
-        parts = cents(total, {s["tenant_id"]: Fraction(s["weighted_units"]).limit_denominator(10**12)
-                              for s in ep["shares"]})
+        parts = cents(total, units[ep["endpoint_id"]])
         for share in ep["shares"]:
             share["cost"] = float(parts[share["tenant_id"]])
             if share["tenant_id"] != ep["owner_tenant_id"]:
@@ -218,16 +218,19 @@ def _quantiles(values) -> dict:
     return dict(zip(keys, values)) if len(values) == 3 else dict.fromkeys(keys)
 
 
-def _endpoints(rows: dict) -> tuple[str | None, list[dict]]:
+def _endpoints(rows: dict) -> tuple[str | None, list[dict], dict[str, dict[str, Fraction]]]:
+    """Endpoint blocks with their shares in micro-GPU-hours, and each endpoint's exact
+    weighted units per tenant (what money shares are split by, too)."""
     cards = [card for doc in rows.get("ratecards", ()) for card in orjson.loads(doc)]
     version, w_in, w_out = endpoint_weights(cards, rows["from_ms"], parse_rfc3339_ms)
     usage: dict[str, dict[str, tuple]] = {}
     for ep, tid, n, ok, tin, tout in rows.get("endpoint_usage", ()):
         usage.setdefault(ep, {})[tid] = (n, ok, tin, tout)
-    out = []
+    out, exact = [], {}
     for ep, owner, hours in rows.get("endpoint_capacity", ()):
         total = round(hours * MICRO)
-        units = {tid: weighted_units(tin, tout, w_in, w_out) for tid, (_, _, tin, tout) in usage.get(ep, {}).items()}
+        units = exact[ep] = {tid: weighted_units(tin, tout, w_in, w_out)
+                             for tid, (_, _, tin, tout) in usage.get(ep, {}).items()}
         parts = largest_remainder(total, units)
         whole = sum(units.values())
         shares = [{"tenant_id": tid, "weighted_units": float(u), "share": float(u / whole) if whole else 0.0,
@@ -236,7 +239,7 @@ def _endpoints(rows: dict) -> tuple[str | None, list[dict]]:
         out.append({"endpoint_id": ep, "owner_tenant_id": owner, "allocated_gpu_hours": hours,
                     "allocated_micro_gpu_hours": total, "cost": None, "shares": shares,
                     "recovered_gpu_hours": sum(p for t, p in parts.items() if t != owner) / MICRO})
-    return version, out
+    return version, out, exact
 
 
 _COLUMNS = [("tenant", "tenant_id", "{}"), ("allocated_h", "allocated_gpu_hours", "{:.3f}"),

@@ -142,7 +142,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                     broker_commit_interval=1.0)
     channel = app.topic(*names, value_type=bytes, key_type=bytes)
     stats = {"records": 0, "capacity": 0, "utilization": 0, "requests": 0, "started": time.monotonic(),
-             "last_report": 0.0, "checkpointed": 0.0}
+             "last_report": 0.0, "checkpointed": 0.0, "extents_read": 0.0}
     worker_box: list[faust.Worker] = []
     stopping = asyncio.Event()
 
@@ -190,7 +190,8 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
             progress("process: caught up")
             await stop()
             return
-        if not until_caught_up:
+        if not until_caught_up and time.monotonic() - stats["extents_read"] >= 5.0:  # new partitions' data
+            stats["extents_read"] = time.monotonic()
             proc.set_extents(await asyncio.get_running_loop().run_in_executor(
                 None, read_extents, settings.kafka_bootstrap, names))
 
