@@ -169,31 +169,24 @@ class Attributor:
     def _finalize_segments(self, node: str, st: NodeState) -> None:
         if self.inventory is None:
             return
-        while st.pending_segments and st.pending_segments[0][1] <= self.k8s_watermark_ms:
-            start, end, holders, pos = st.pending_segments.pop(0)
-            if end - start > self.node_grace_ms:
-                st.gaps.append([start, end])
-            else:
-                self._emit_segment(node, st, start, end, holders, SourcePos(*pos))
-            st.final_until_ms = end
-
-    def _emit_segment(self, node: str, st: NodeState, start: int, end: int, holders: Holders, pos: SourcePos) -> None:
-        assert self.inventory is not None
-        for device, fact, piece in segment_facts(self.inventory, self.book, self.cluster_id, node, start, end,
-                                                 holders, pos):
-            self._capacity_out.append(fact)
-            self.counters.capacity_facts += 1
-            st.pieces.setdefault(device, []).append(piece)
+        inv, book, cluster = self.inventory, self.book, self.cluster_id
+        self._finalize(st, self.k8s_watermark_ms,
+                       lambda a, b, h, pos: segment_facts(inv, book, cluster, node, a, b, h, pos))
 
     def _finalize_vgpu(self, host: str, st: NodeState) -> None:
-        assert self.inventory is not None
-        while st.pending_segments:  # a vGPU snapshot names its owners itself: no watch to wait for
+        inv, cluster = self.inventory, self.cluster_id
+        # a vGPU snapshot names its owners itself: no watch to wait for
+        self._finalize(st, None, lambda a, b, h, pos: vgpu_segment_facts(inv, cluster, host, a, b, h, pos))
+
+    def _finalize(self, st: NodeState, until_ms: int | None, facts_of) -> None:
+        """Emit the segments ending by ``until_ms`` (all when None); a segment longer than the
+        grace is a gap in evidence, never anybody's allocation."""
+        while st.pending_segments and (until_ms is None or st.pending_segments[0][1] <= until_ms):
             start, end, holders, pos = st.pending_segments.pop(0)
             if end - start > self.node_grace_ms:
                 st.gaps.append([start, end])
             else:
-                for device, fact, piece in vgpu_segment_facts(self.inventory, self.cluster_id, host, start, end,
-                                                              holders, SourcePos(*pos)):
+                for device, fact, piece in facts_of(start, end, holders, SourcePos(*pos)):
                     self._capacity_out.append(fact)
                     self.counters.capacity_facts += 1
                     st.pieces.setdefault(device, []).append(piece)
@@ -207,12 +200,12 @@ class Attributor:
             st = self.vgpu_hosts.get(host) if host else None
             if st is not None and st.first_snapshot_ms is not None and st.first_snapshot_ms <= t < st.final_until_ms:
                 piece = lookup(st.pieces.get(row[0], ()), t)
-                self._emit_guest(node, t, DeviceSample(*row), SourcePos(*pos), piece, "" if piece else (
-                    "no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
-                    else f"vGPU {row[0]} not in the snapshot covering this sample"))
+                why = "" if piece else ("no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
+                                        else f"vGPU {row[0]} not in the snapshot covering this sample")
+                self._emit_targets(node, t, DeviceSample(*row), SourcePos(*pos), [(row[0], piece, why)], "")
             elif t + self.node_grace_ms <= self.vgpu_watermark_ms and (st is None or st.last_ms is None or t >= st.last_ms):
-                self._emit_guest(node, t, DeviceSample(*row), SourcePos(*pos), None,
-                                 f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace")
+                why = f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace"
+                self._emit_targets(node, t, DeviceSample(*row), SourcePos(*pos), [(row[0], None, why)], "")
             else:
                 keep.append(scrape)
         self.guest_pending = keep
@@ -221,14 +214,7 @@ class Attributor:
             for device, pieces in st.pieces.items():
                 if device in waiting:
                     continue
-                horizon = self.guest_wm.get(device, NEG_INF) - self.node_grace_ms
-                drop = 0
-                while drop < len(pieces) and pieces[drop].end_ms < horizon:
-                    drop += 1
-                del pieces[:drop]
-
-    def _emit_guest(self, node: str, t: int, s: DeviceSample, pos: SourcePos, piece, reason: str) -> None:
-        self._emit_targets(node, t, s, pos, [(s.gpu_uuid, piece, reason)], "")
+                _drop_before(pieces, self.guest_wm.get(device, NEG_INF) - self.node_grace_ms)
 
     # -- utilization ---------------------------------------------------------------
     def _attribute_samples(self, node: str, st: NodeState) -> None:
@@ -290,12 +276,8 @@ class Attributor:
         ending a grace period before the oldest scrape still to come are done with."""
         oldest = min((s[0] for s in st.pending_scrapes), default=st.dcgm_wm_ms)
         horizon = min(oldest, st.dcgm_wm_ms) - self.node_grace_ms
-        for dev, pieces in st.pieces.items():
-            drop = 0
-            while drop < len(pieces) and pieces[drop].end_ms < horizon:
-                drop += 1
-            if drop:
-                del pieces[:drop]
+        for pieces in st.pieces.values():
+            _drop_before(pieces, horizon)
         st.gaps = [g for g in st.gaps if g[1] >= horizon]
 
     # -- checkpoint state ------------------------------------------------------------
@@ -326,6 +308,14 @@ class Attributor:
         att.nodes = {n: _node_from(s) for n, s in state["nodes"].items()}
         att.vgpu_hosts = {h: _node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att
+
+
+def _drop_before(pieces: list[Piece], horizon_ms: int) -> None:
+    """Drop the pieces (sorted by start) that end before the horizon."""
+    drop = 0
+    while drop < len(pieces) and pieces[drop].end_ms < horizon_ms:
+        drop += 1
+    del pieces[:drop]
 
 
 def _node_state(s: NodeState) -> dict:
