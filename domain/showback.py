@@ -54,12 +54,19 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         e["active_gpu_hours"] = active
         e["idle_allocated_gpu_hours"] = max(0.0, covered - active)
     quotas = [q for doc in rows.get("quotas", ())[:1] for q in parse_quotas(orjson.loads(doc))]
-    for (tid, gpu_class), (guaranteed, borrowed) in sorted(split_by_quota(
-            [tuple(r) for r in rows.get("held", ())], quotas, rows["from_ms"], rows["as_of_ms"]).items()):
-        e = entry(tid)
-        e["guaranteed_gpu_hours"] += guaranteed
-        e["borrowed_gpu_hours"] += borrowed
-        e["gpu_hours_by_class"][gpu_class] = {"guaranteed": guaranteed, "borrowed": borrowed}
+    cards = [c for doc in rows.get("ratecards", ())[:1] for c in parse_ratecards(orjson.loads(doc))]
+    held = [tuple(r) for r in rows.get("held", ())]
+    # one quota sweep per rate-card window: it prices the hours and (summed) reports them
+    windows = [(card, a, b, split_by_quota(held, quotas, a, b))
+               for card, a, b in card_windows(cards, rows["from_ms"], rows["as_of_ms"])]
+    for _, _, _, hours in windows:
+        for (tid, gpu_class), (guaranteed, borrowed) in sorted(hours.items()):
+            e = entry(tid)
+            e["guaranteed_gpu_hours"] += guaranteed
+            e["borrowed_gpu_hours"] += borrowed
+            by_class = e["gpu_hours_by_class"].setdefault(gpu_class, {"guaranteed": 0.0, "borrowed": 0.0})
+            by_class["guaranteed"] += guaranteed
+            by_class["borrowed"] += borrowed
     work = []
     for tid, ep, model, n, ok, tin, tout, queue, ttft, e2e in rows.get("productive_work", ()):
         e = entry(tid)
@@ -71,7 +78,7 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
                      "input_tokens": tin, "output_tokens": tout, "queue_s": _quantiles(queue),
                      "ttft_s": _quantiles(ttft), "e2e_s": _quantiles(e2e)})
     version, endpoints, units = _endpoints(rows)
-    currency, unpriced = _costs(rows, quotas, endpoints, units, entry)
+    currency, unpriced = _costs(rows, cards, windows, endpoints, units, entry)
     for ep in endpoints:
         entry(ep["owner_tenant_id"])["endpoint_recovered_gpu_hours"] += ep["recovered_gpu_hours"]
         for share in ep["shares"]:
@@ -166,22 +173,19 @@ def _clip(a: int, b: int, lo: int, hi: int) -> int:
     return max(0, min(b, hi) - max(a, lo))
 
 
-def _costs(rows: dict, quotas, endpoints: list[dict], units: dict[str, dict[str, Fraction]],
+def _costs(rows: dict, cards: list, windows: list, endpoints: list[dict], units: dict[str, dict[str, Fraction]],
            entry) -> tuple[str | None, dict[str, float]]:
     """Price every card window; fill tenant ``cost`` and endpoint/share ``cost`` (see domain/cost.py)."""
-    cards = [c for doc in rows.get("ratecards", ())[:1] for c in parse_ratecards(orjson.loads(doc))]
     if not cards:
         return None, {}
     costs: dict[str, TenantCost] = {}
     endpoint_cost = {ep["endpoint_id"]: Decimal(0) for ep in endpoints}
     unpriced: dict[str, float] = {}
-    held = [tuple(r) for r in rows.get("held", ())]
-    for card, a, b in card_windows(cards, rows["from_ms"], rows["as_of_ms"]):
-        if card is None:
-            for _, gpu_class, f, t, fr in held:
-                unpriced[gpu_class] = unpriced.get(gpu_class, 0.0) + fr * _clip(f, t, a, b) / 3_600_000
+    for card, a, b, hours in windows:
+        if card is None:  # no card valid here: every allocated hour is unpriced
+            for (_, gpu_class), (g, bo) in hours.items():
+                unpriced[gpu_class] = unpriced.get(gpu_class, 0.0) + g + bo
             continue
-        hours = split_by_quota(held, quotas, a, b)
         for gpu_class, h in allocation_cost(hours, card, costs).items():
             unpriced[gpu_class] = unpriced.get(gpu_class, 0.0) + h
         for tid, hour_ms, tin, tout in rows.get("hourly_tokens", ()):
