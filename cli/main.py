@@ -84,7 +84,7 @@ def cmd_ingest(s: Settings, args) -> int:
 def cmd_process(s: Settings, args) -> int:
     from gpuledger.streams.worker import run_process
 
-    return run_process(s, args.until_caught_up, progress)
+    return run_process(s, args.until_caught_up, progress, _wall_ms)
 
 
 def _window(args) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["BrokerStatus", "KafkaBroker", "StackError"]
+__all__ = ["BrokerStatus", "KafkaBroker", "StackError", "free_port"]
 
 
 class StackError(RuntimeError):
@@ -37,7 +37,7 @@ class BrokerStatus:
     detail: str
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -99,7 +99,7 @@ class KafkaBroker:
     def _write_config(self) -> None:
         if self._props.exists():
             return
-        controller_port = _free_port(self.host)
+        controller_port = free_port(self.host)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "log4j.properties").write_text(
             "log4j.rootLogger=INFO, stdout\n"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -32,14 +31,11 @@ from gpuledger.config import Settings
 from gpuledger.producers.dead_letter import DeadLetters
 from gpuledger.producers.kafka import KafkaPublisher
 from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.stack.kafka import free_port
 from gpuledger.streams.processor import Processor
 from gpuledger.streams.topics import Topics, ensure_topics
 
 __all__ = ["read_extents", "run_process"]
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def read_extents(bootstrap: str, topic_names: list[str]) -> dict[str, tuple[int, int]]:
@@ -110,19 +106,14 @@ def _align_group_offsets(bootstrap: str, group: str, restored: dict[str, int],
             time.sleep(2)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[str], None]) -> int:
+def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[str], None],
+                wall_ms: Callable[[], int]) -> int:
     topics = Topics(settings.topic_prefix, settings.source_partitions)
     ensure_topics(settings.kafka_bootstrap, topics)
     store = ClickHouseStore(settings.effective_dsn())
     store.ensure_schema()
     publisher = KafkaPublisher(settings.kafka_bootstrap)
-    dead = DeadLetters(publisher, topics.dead_letter.name, _wall_ms)
+    dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
     proc = Processor(topics, store, dead.send, dead.flush, int(settings.dcgm_sample_span_s * 1000),
                      int(settings.podresources_grace_s * 1000))
     restored = proc.restore()
@@ -134,7 +125,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
     _align_group_offsets(settings.kafka_bootstrap, group, restored, extents, progress)
     progress(f"process: resuming at checkpoint {proc.seq}" if restored else "process: starting from the beginning")
 
-    port = settings.query_port or _free_port()
+    port = settings.query_port or free_port()
     app = faust.App(group, broker=f"kafka://{settings.kafka_bootstrap}", value_serializer="raw",
                     key_serializer="raw", store="memory://", web_enabled=True, web_port=port,
                     web_bind="127.0.0.1", web_host="127.0.0.1", broker_session_timeout=10,
