@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpuledger.domain.timeutil import MS_PER_HOUR, parse_rfc3339_ms
 
-__all__ = ["Quota", "QuotaError", "parse_quotas", "split_by_quota"]
+__all__ = ["Quota", "QuotaError", "parse_quotas", "split_by_quota", "split_skus_by_quota"]
 
 
 class QuotaError(ValueError):
@@ -48,24 +48,41 @@ def split_by_quota(held: list[tuple[str, str, int, int, float]], quotas: list[Qu
                    to_ms: int) -> dict[tuple[str, str], tuple[float, float]]:
     """held: (tenant, gpu class, from_ms, to_ms, GPU-equivalents) intervals ->
     {(tenant, class): (guaranteed GPU-hours, borrowed GPU-hours)} over ``[from_ms, to_ms)``."""
-    changes: dict[tuple[str, str], dict[int, float]] = {}
-    for tenant, gpu_class, a, b, fraction in held:
+    by_sku = split_skus_by_quota([(t, c, c, a, b, f) for t, c, a, b, f in held], quotas, from_ms, to_ms)
+    return {(t, c): v for (t, c, _), v in by_sku.items()}
+
+
+def split_skus_by_quota(held: list[tuple[str, str, str, int, int, float]], quotas: list[Quota], from_ms: int,
+                        to_ms: int) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """held: (tenant, gpu class, sku, from_ms, to_ms, GPU-equivalents) ->
+    {(tenant, class, sku): (guaranteed GPU-hours, borrowed GPU-hours)}. The quota applies to
+    the class; at each instant the guaranteed part is shared by the SKUs held (a MIG
+    profile, a vGPU profile, whole GPUs) in proportion to what each holds."""
+    changes: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
+    for tenant, gpu_class, sku, a, b, fraction in held:
         a, b = max(a, from_ms), min(b, to_ms)
         if a < b:
-            steps = changes.setdefault((tenant, gpu_class), {})
+            steps = changes.setdefault((tenant, gpu_class), {}).setdefault(sku, {})
             steps[a] = steps.get(a, 0.0) + fraction
             steps[b] = steps.get(b, 0.0) - fraction
     out = {}
-    for key, steps in changes.items():
+    for key, skus in changes.items():
         mine = [q for q in quotas if (q.tenant_id, q.gpu_class) == key]
-        cuts = set(steps) | {t for q in mine for t in (q.valid_from_ms, q.valid_to_ms) if t and from_ms < t < to_ms}
-        guaranteed_ms = borrowed_ms = 0.0
-        level = 0.0
+        cuts = {t for steps in skus.values() for t in steps}
+        cuts |= {t for q in mine for t in (q.valid_from_ms, q.valid_to_ms) if t and from_ms < t < to_ms}
+        guaranteed_ms, borrowed_ms = dict.fromkeys(skus, 0.0), dict.fromkeys(skus, 0.0)
+        levels = dict.fromkeys(skus, 0.0)
         times = sorted(cuts)
         for t, nxt in zip(times, times[1:]):
-            level = round(level + steps.get(t, 0.0), 9)  # GPU-equivalents held in [t, nxt)
-            quota = _quota_at(mine, t)
-            guaranteed_ms += min(level, quota) * (nxt - t)
-            borrowed_ms += max(0.0, level - quota) * (nxt - t)
-        out[key] = (guaranteed_ms / MS_PER_HOUR, borrowed_ms / MS_PER_HOUR)
+            for sku, steps in skus.items():  # GPU-equivalents held in [t, nxt)
+                levels[sku] = round(levels[sku] + steps.get(t, 0.0), 9)
+            total = sum(levels.values())
+            if total <= 0:
+                continue
+            share = min(total, _quota_at(mine, t)) / total
+            for sku, level in levels.items():
+                guaranteed_ms[sku] += level * share * (nxt - t)
+                borrowed_ms[sku] += level * (1 - share) * (nxt - t)
+        for sku in skus:
+            out[(*key, sku)] = (guaranteed_ms[sku] / MS_PER_HOUR, borrowed_ms[sku] / MS_PER_HOUR)
     return out

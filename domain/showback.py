@@ -8,22 +8,17 @@ inputs are processed, never a made-up zero.
 from __future__ import annotations
 
 from decimal import Decimal
-from fractions import Fraction
 
-import orjson
-
-from gpuledger.domain.endpoints import MICRO, endpoint_weights, largest_remainder, weighted_units
-from gpuledger.domain.cost import (TenantCost, round_cents, allocation_cost, card_windows, cents, overhead_share,
-                                   parse_ratecards, to_decimal, token_cost)
-from gpuledger.domain.quota import parse_quotas, split_by_quota
-from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
+from gpuledger.domain.pricing import Priced, rounded
+from gpuledger.domain.rows import COST_PARTS, money_reconciliation, price_rows
+from gpuledger.domain.timeutil import format_rfc3339
 
 __all__ = ["build_showback", "render_csv", "render_table"]
 
 MODES = ("exclusive", "mig", "timeslice", "vgpu")
 
 
-def build_showback(rows: dict, tenant: str | None = None) -> dict:
+def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None = None) -> dict:
     tenants: dict[str, dict] = {}
 
     def entry(tid: str) -> dict:
@@ -53,20 +48,14 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         e["covered_gpu_hours"] = covered
         e["active_gpu_hours"] = active
         e["idle_allocated_gpu_hours"] = max(0.0, covered - active)
-    quotas = [q for doc in rows.get("quotas", ())[:1] for q in parse_quotas(orjson.loads(doc))]
-    cards = [c for doc in rows.get("ratecards", ())[:1] for c in parse_ratecards(orjson.loads(doc))]
-    held = [tuple(r) for r in rows.get("held", ())]
-    # one quota sweep per rate-card window: it prices the hours and (summed) reports them
-    windows = [(card, a, b, split_by_quota(held, quotas, a, b))
-               for card, a, b in card_windows(cards, rows["from_ms"], rows["as_of_ms"])]
-    for _, _, _, hours in windows:
-        for (tid, gpu_class), (guaranteed, borrowed) in sorted(hours.items()):
-            e = entry(tid)
-            e["guaranteed_gpu_hours"] += guaranteed
-            e["borrowed_gpu_hours"] += borrowed
-            by_class = e["gpu_hours_by_class"].setdefault(gpu_class, {"guaranteed": 0.0, "borrowed": 0.0})
-            by_class["guaranteed"] += guaranteed
-            by_class["borrowed"] += borrowed
+    priced = priced or price_rows(rows)
+    for (tid, gpu_class), (guaranteed, borrowed) in sorted(priced.tenant_hours.items()):
+        e = entry(tid)
+        e["guaranteed_gpu_hours"] += guaranteed
+        e["borrowed_gpu_hours"] += borrowed
+        by_class = e["gpu_hours_by_class"].setdefault(gpu_class, {"guaranteed": 0.0, "borrowed": 0.0})
+        by_class["guaranteed"] += guaranteed
+        by_class["borrowed"] += borrowed
     work = []
     for tid, ep, model, n, ok, tin, tout, queue, ttft, e2e in rows.get("productive_work", ()):
         e = entry(tid)
@@ -77,8 +66,8 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         work.append({"tenant_id": tid, "endpoint_id": ep, "model": model, "requests": n, "successful_requests": ok,
                      "input_tokens": tin, "output_tokens": tout, "queue_s": _quantiles(queue),
                      "ttft_s": _quantiles(ttft), "e2e_s": _quantiles(e2e)})
-    version, endpoints, units = _endpoints(rows)
-    currency, unpriced = _costs(rows, cards, windows, endpoints, units, entry)
+    version, endpoints = rows["endpoint_blocks"]
+    currency, money = _costs(rows, priced, endpoints, entry)
     for ep in endpoints:
         entry(ep["owner_tenant_id"])["endpoint_recovered_gpu_hours"] += ep["recovered_gpu_hours"]
         for share in ep["shares"]:
@@ -101,7 +90,8 @@ def build_showback(rows: dict, tenant: str | None = None) -> dict:
         "unavailable_gpu_hours": by_kind["unavailable"],
         "unattributed_gpu_hours": unattributed,
         "over_allocated_gpu_hours": by_kind["over_allocated"],
-        "unpriced_gpu_hours": unpriced,
+        "unpriced_gpu_hours": priced.unpriced_gpu_hours,
+        "cost": money,
         # rounded to 1e-9 h (3.6 us): sums of float hours carry that much noise, no more
         "difference_gpu_hours": round(physical - by_kind["allocated"] - by_kind["unallocated"]
                                       - by_kind["unavailable"], 9) + 0.0,
@@ -173,77 +163,37 @@ def _clip(a: int, b: int, lo: int, hi: int) -> int:
     return max(0, min(b, hi) - max(a, lo))
 
 
-def _costs(rows: dict, cards: list, windows: list, endpoints: list[dict], units: dict[str, dict[str, Fraction]],
-           entry) -> tuple[str | None, dict[str, float]]:
-    """Price every card window; fill tenant ``cost`` and endpoint/share ``cost`` (see domain/cost.py)."""
-    if not cards:
-        return None, {}
-    costs: dict[str, TenantCost] = {}
-    endpoint_cost = {ep["endpoint_id"]: Decimal(0) for ep in endpoints}
-    unpriced: dict[str, float] = {}
-    for card, a, b, hours in windows:
-        if card is None:  # no card valid here: every allocated hour is unpriced
-            for (_, gpu_class), (g, bo) in hours.items():
-                unpriced[gpu_class] = unpriced.get(gpu_class, 0.0) + g + bo
+def _costs(rows: dict, priced: Priced, endpoints: list[dict], entry) -> tuple[str | None, dict | None]:
+    """Tenant ``cost`` blocks and endpoint/share costs from the priced lines (domain/pricing.py),
+    in whole cents that add up; the platform's money reconciliation."""
+    if not rows["cards"]:
+        return None, None
+    costs: dict[str, dict[str, Decimal]] = {}
+    for line in rounded(priced.lines):
+        if line.payer != "tenant":
             continue
-        for gpu_class, h in allocation_cost(hours, card, costs).items():
-            unpriced[gpu_class] = unpriced.get(gpu_class, 0.0) + h
-        for tid, hour_ms, tin, tout in rows.get("hourly_tokens", ()):
-            if a <= hour_ms < b:
-                costs.setdefault(tid, TenantCost()).variable += token_cost(tin, tout, card)
-        allocated: dict[str, float] = {}
-        for (tid, _), (g, bo) in hours.items():
-            allocated[tid] = allocated.get(tid, 0.0) + g + bo
-        overhead_share(card, b - a, allocated, costs)
-        for ep, owner, gpu_class, f, t, fr in rows.get("endpoint_intervals", ()):
-            g, bo = hours.get((owner, gpu_class), (0.0, 0.0))
-            rates = card.gpu_hour.get(gpu_class)
-            if ep in endpoint_cost and rates and g + bo > 0:  # the owner's blended rate for the class
-                blended = (to_decimal(g) * rates.get("guaranteed", 0) + to_decimal(bo) * rates.get("borrowed", 0)) / (
-                    to_decimal(g) + to_decimal(bo))
-                endpoint_cost[ep] += to_decimal(fr * _clip(f, t, a, b) / 3_600_000) * blended
+        c = costs.setdefault(line.tenant_id, dict.fromkeys(COST_PARTS, Decimal(0)))
+        if line.component == "credit":
+            c["credits"] -= line.amount
+        elif line.component == "service_share" and line.amount < 0:
+            c["endpoint_recovered"] -= line.amount
+        else:
+            c[line.component] += line.amount
+        c["total"] += line.amount
     for ep in endpoints:
-        total = endpoint_cost[ep["endpoint_id"]]
-        ep["cost"] = float(round_cents(total))
-        parts = cents(total, units[ep["endpoint_id"]])
+        ep["cost"] = float(priced.endpoint_cost.get(ep["endpoint_id"], 0))
+        parts = priced.endpoint_parts.get(ep["endpoint_id"], {})
         for share in ep["shares"]:
-            share["cost"] = float(parts[share["tenant_id"]])
-            if share["tenant_id"] != ep["owner_tenant_id"]:
-                costs.setdefault(share["tenant_id"], TenantCost()).service_share += parts[share["tenant_id"]]
-                costs.setdefault(ep["owner_tenant_id"], TenantCost()).endpoint_recovered += parts[share["tenant_id"]]
+            share["cost"] = float(parts.get(share["tenant_id"], 0))
     for tid, c in costs.items():
-        entry(tid)["cost"] = c.shown()
-    return cards[0].currency, unpriced
+        entry(tid)["cost"] = {k: float(v) for k, v in c.items()}
+    return rows["cards"][0].currency, {k: float(v) for k, v in money_reconciliation(priced).items()}
 
 
 def _quantiles(values) -> dict:
     values = list(values or ())
     keys = ("p50", "p95", "p99")
     return dict(zip(keys, values)) if len(values) == 3 else dict.fromkeys(keys)
-
-
-def _endpoints(rows: dict) -> tuple[str | None, list[dict], dict[str, dict[str, Fraction]]]:
-    """Endpoint blocks with their shares in micro-GPU-hours, and each endpoint's exact
-    weighted units per tenant (what money shares are split by, too)."""
-    cards = [card for doc in rows.get("ratecards", ()) for card in orjson.loads(doc)]
-    version, w_in, w_out = endpoint_weights(cards, rows["from_ms"], parse_rfc3339_ms)
-    usage: dict[str, dict[str, tuple]] = {}
-    for ep, tid, n, ok, tin, tout in rows.get("endpoint_usage", ()):
-        usage.setdefault(ep, {})[tid] = (n, ok, tin, tout)
-    out, exact = [], {}
-    for ep, owner, hours in rows.get("endpoint_capacity", ()):
-        total = round(hours * MICRO)
-        units = exact[ep] = {tid: weighted_units(tin, tout, w_in, w_out)
-                             for tid, (_, _, tin, tout) in usage.get(ep, {}).items()}
-        parts = largest_remainder(total, units)
-        whole = sum(units.values())
-        shares = [{"tenant_id": tid, "weighted_units": float(u), "share": float(u / whole) if whole else 0.0,
-                   "micro_gpu_hours": parts[tid], "gpu_hours": parts[tid] / MICRO, "cost": None}
-                  for tid, u in sorted(units.items())]
-        out.append({"endpoint_id": ep, "owner_tenant_id": owner, "allocated_gpu_hours": hours,
-                    "allocated_micro_gpu_hours": total, "cost": None, "shares": shares,
-                    "recovered_gpu_hours": sum(p for t, p in parts.items() if t != owner) / MICRO})
-    return version, out, exact
 
 
 _COLUMNS = [("tenant", "tenant_id", "{}"), ("allocated_h", "allocated_gpu_hours", "{:.3f}"),

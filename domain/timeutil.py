@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-__all__ = ["MS_PER_HOUR", "format_rfc3339", "overlap_ms", "parse_rfc3339_ms"]
+__all__ = ["MS_PER_HOUR", "format_rfc3339", "month_bounds_ms", "overlap_ms", "parse_rfc3339_ms"]
 
 MS_PER_HOUR = 3_600_000
 
@@ -30,3 +30,11 @@ def format_rfc3339(ms: int) -> str:
 def overlap_ms(a_from: int, a_to: int, b_from: int, b_to: int) -> int:
     """Length of the intersection of two half-open intervals."""
     return max(0, min(a_to, b_to) - max(a_from, b_from))
+
+
+def month_bounds_ms(ms: int) -> tuple[int, int]:
+    """The calendar month (UTC) containing ``ms``: ``[first day 00:00, next month's first day)``."""
+    day = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    start = datetime(day.year, day.month, 1, tzinfo=timezone.utc)
+    end = datetime(day.year + day.month // 12, day.month % 12 + 1, 1, tzinfo=timezone.utc)
+    return int(start.timestamp() * 1000), int(end.timestamp() * 1000)

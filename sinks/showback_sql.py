@@ -3,6 +3,9 @@ every interval is clipped to the window; facts are read FINAL (deduplicated)."""
 
 from __future__ import annotations
 
+import orjson
+
+from gpuledger.domain.cost import card_windows, parse_ratecards
 from gpuledger.sinks.query import QueryPort
 
 __all__ = ["ShowbackRows", "read_showback_rows"]
@@ -120,8 +123,10 @@ def unhostable_sql(db: str) -> str:
 
 
 def held_intervals_sql(db: str) -> str:
-    """Every allocated interval of a tenant, for the guaranteed/borrowed sweep against quotas."""
-    return f"""SELECT tenant_id, gpu_class, valid_from_ms, valid_to_ms, capacity_fraction
+    """Every allocated interval of a tenant with its SKU (class, class/MIG or vGPU profile),
+    for the guaranteed/borrowed sweep against quotas."""
+    return f"""SELECT tenant_id, gpu_class, if(profile = '', gpu_class, concat(gpu_class, '/', profile)),
+            valid_from_ms, valid_to_ms, capacity_fraction
         FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}"""
 
 
@@ -139,8 +144,31 @@ def hourly_tokens_sql(db: str) -> str:
         GROUP BY tenant_id, hour_ms ORDER BY tenant_id, hour_ms"""
 
 
+def hierarchy_sql(db: str) -> str:
+    """Tenant -> project -> cost centre as the evidence of the window names them."""
+    return f"""SELECT DISTINCT tenant_id, project_id, cost_center FROM {db}.capacity_facts FINAL
+        WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW} ORDER BY tenant_id, project_id, cost_center"""
+
+
+def class_buckets_sql(db: str) -> str:
+    """GPU-hours per class nobody is charged for, by why: allocated without a tenant,
+    unallocated (MIG capacity in no instance is fragmentation), unavailable, over-allocated."""
+    return f"""SELECT gpu_class, multiIf(kind = 'allocated', 'unattributed',
+                kind = 'unallocated' AND mode = 'mig' AND profile = '', 'fragmentation', kind) AS bucket,
+            sum({_CLIP}) / 3600000
+        FROM {db}.capacity_facts FINAL WHERE {_IN_WINDOW} AND NOT (kind = 'allocated' AND tenant_id != '')
+        GROUP BY gpu_class, bucket ORDER BY gpu_class, bucket"""
+
+
+def class_physical_sql(db: str) -> str:
+    """GPU-milliseconds per class in the inventory (integers: exact)."""
+    return f"""SELECT gpu_class,
+            sum(greatest(0, least(coalesce(valid_to_ms, %(t)s), %(t)s) - greatest(valid_from_ms, %(f)s)))
+        FROM {db}.inventory_gpus FINAL GROUP BY gpu_class ORDER BY gpu_class"""
+
+
 def reference_sql(db: str, kind: str) -> str:
-    assert kind in ("ratecards", "quotas")
+    assert kind in ("ratecards", "quotas", "credits")
     return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = '{kind}' ORDER BY observed_at_ms DESC"
 
 
@@ -166,9 +194,18 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["productive_work"] = reader.query(productive_work_sql(db), p)[1]
     rows["ratecards"] = [r[0] for r in reader.query(reference_sql(db, "ratecards"))[1]]
     rows["quotas"] = [r[0] for r in reader.query(reference_sql(db, "quotas"))[1]]
+    rows["credits"] = [r[0] for r in reader.query(reference_sql(db, "credits"))[1]]
+    cards = [c for doc in rows["ratecards"][:1] for c in parse_ratecards(orjson.loads(doc))]
+    rows["windows"] = []
+    for card, a, b in card_windows(cards, from_ms, window_to):
+        w = {"f": a, "t": b}
+        rows["windows"].append({"version": card.version if card else None, "from_ms": a, "to_ms": b,
+                                "physical": reader.query(class_physical_sql(db), w)[1],
+                                "buckets": reader.query(class_buckets_sql(db), w)[1]})
     rows["held"] = reader.query(held_intervals_sql(db), p)[1]
     rows["endpoint_intervals"] = reader.query(endpoint_intervals_sql(db), p)[1]
     rows["hourly_tokens"] = reader.query(hourly_tokens_sql(db), p)[1]
     rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]
     rows["unhostable"] = reader.query(unhostable_sql(db), p)[1]
+    rows["hierarchy"] = reader.query(hierarchy_sql(db), p)[1]
     return rows

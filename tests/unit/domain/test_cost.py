@@ -5,8 +5,8 @@ from fractions import Fraction
 
 import pytest
 
-from gpuledger.domain.cost import (RatecardError, TenantCost, allocation_cost, card_windows, cents, overhead_share,
-                                   parse_ratecards, token_cost)
+from gpuledger.domain.cost import (RatecardError, card_windows, cents, overhead_pool, parse_ratecards, round_cents,
+                                   signed_cents)
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
 OCT = parse_rfc3339_ms("2026-10-01T00:00:00Z")
@@ -21,17 +21,10 @@ CARDS = parse_ratecards([
 ])
 
 
-def test_windows_cut_at_card_edges():
-    windows = card_windows(CARDS, OCT - 3_600_000, NOV)
+def test_windows_cut_at_card_and_month_edges():
+    windows = card_windows(CARDS, OCT - 3_600_000, NOV + 3_600_000)
     assert [(c.version if c else None, a, b) for c, a, b in windows] == [
-        (None, OCT - 3_600_000, OCT), ("v1", OCT, MID), ("v2", MID, NOV)]
-
-
-def test_allocation_cost_is_exact_and_unpriced_classes_are_reported():
-    costs = {}
-    unpriced = allocation_cost({("a", "H100"): (1.5, 0.25), ("a", "A100"): (2.0, 0.0)}, CARDS[0], costs)
-    assert (costs["a"].guaranteed, costs["a"].borrowed) == (Decimal("3.750"), Decimal("1.000"))
-    assert unpriced == {"A100": 2.0}
+        (None, OCT - 3_600_000, OCT), ("v1", OCT, MID), ("v2", MID, NOV), ("v2", NOV, NOV + 3_600_000)]
 
 
 def test_cents_add_up_exactly():
@@ -40,18 +33,20 @@ def test_cents_add_up_exactly():
     assert sum(parts.values()) == Decimal("10.00")
 
 
-def test_overhead_pro_rata_and_proportional():
-    costs = {}
-    overhead_share(CARDS[0], 15 * 24 * 3_600_000, {"a": 30.0, "b": 10.0}, costs)  # half of a 30-day month
-    assert (costs["a"].overhead, costs["b"].overhead) == (Decimal("112.50"), Decimal("37.50"))
+def test_overhead_is_per_calendar_month_pro_rata():
+    assert overhead_pool(CARDS[0], OCT, NOV) == Decimal("300.00")
+    assert overhead_pool(CARDS[0], OCT, MID) == Decimal("145.16")  # 15 of October's 31 days
 
 
-def test_tokens_and_shown_totals():
-    assert token_cost(100_000, 10_000, CARDS[0]) == Decimal("0.065")
-    c = TenantCost(borrowed=Decimal("24"), variable=Decimal("0.065"), endpoint_recovered=Decimal("24"))
-    assert c.shown()["total"] == 0.07 and c.shown()["variable"] == 0.07  # half up, at presentation only
+def test_signed_cents_add_up_to_the_rounded_exact_sum():
+    amounts = [Decimal("1.005"), Decimal("-0.334"), Decimal("2.3333"), Decimal("-4.001"), Decimal("0.0049")]
+    shown = signed_cents(amounts)
+    assert sum(shown) == round_cents(sum(amounts))
+    assert all(abs(s - a) < Decimal("0.01") for s, a in zip(shown, amounts))
 
 
 def test_bad_card_names_the_entry():
     with pytest.raises(RatecardError, match=r"ratecards\[0\]"):
         parse_ratecards([{"valid_from": "2026-10-01T00:00:00Z"}])
+    with pytest.raises(RatecardError, match="overhead rule"):
+        parse_ratecards([{"version": "x", "valid_from": "2026-10-01T00:00:00Z", "overhead": {"rule": "flat"}}])

@@ -1,0 +1,263 @@
+"""Financial consumption: the rate card applied to allocation and productive work, as
+priced lines (pure).
+
+Per rate-card window (cut at card and month edges) and GPU class, the physical capacity
+is partitioned in whole micro-GPU-hours (largest remainder, so the parts add up):
+tenants' guaranteed and borrowed hours by SKU (GPU class, ``class/MIG profile`` or
+``class/vGPU profile``), unattributed, platform-unallocated, fragmentation, unavailable,
+and ``unreconciled`` (physical minus everything the facts account for: evidence gaps, or
+over-allocation when negative). Every part is priced at the card's class rates:
+
+- tenants pay guaranteed hours x the guaranteed rate and borrowed hours x the borrowed
+  rate; the guaranteed rate is the list rate, and central funds the difference on borrowed
+  hours as a ``subsidy`` line (negative when borrowing costs more);
+- the central account pays every other part at the list rate;
+- variable = successful requests' tokens x the per-million rates;
+- a shared endpoint's cost (its GPU-hours at the owner's blended class rate) is split to
+  its consumers in whole cents by weighted tokens, and credited to the owner;
+- the card's overhead for the window is split in whole cents by tenants' allocated hours
+  (to central when no tenant held anything);
+- credits are negative tenant lines.
+
+So recoverable cost (physical hours x list rate + overhead + variable - credits) equals
+tenant charges + central charges + subsidies - credits, exactly, before rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from fractions import Fraction
+
+from gpuledger.domain.cost import RateCard, cents, overhead_pool, round_cents, signed_cents, to_decimal
+from gpuledger.domain.endpoints import MICRO, largest_remainder
+from gpuledger.domain.quota import Quota, split_skus_by_quota
+from gpuledger.domain.timeutil import parse_rfc3339_ms
+
+__all__ = ["CENTRAL_BUCKETS", "Credit", "Line", "Priced", "WindowCapacity", "parse_credits", "price", "rounded"]
+
+MILLION = Decimal(1_000_000)
+# capacity nobody was charged for, by why (see the idle classes in the showback)
+CENTRAL_BUCKETS = ("unattributed", "unallocated", "fragmentation", "unavailable")
+
+
+@dataclass(frozen=True)
+class Line:
+    payer: str  # "tenant" | "central"
+    tenant_id: str  # the tenant charged, or the one a subsidy helped; "" for central capacity
+    component: str
+    sku_id: str
+    unit: str  # gpu_hour | million_tokens | share | credit
+    quantity: Decimal
+    rate: Decimal
+    amount: Decimal  # exact; rounded only by ``rounded``
+    list_amount: Decimal  # quantity x list rate
+    ratecard_version: str
+    from_ms: int
+    to_ms: int
+    description: str
+    charge_class: str = "Regular"
+    corrects_period: str | None = None
+
+
+@dataclass(frozen=True)
+class Credit:
+    credit_id: str
+    tenant_id: str
+    period: str  # YYYY-MM
+    amount: Decimal
+    reason: str
+
+
+@dataclass(frozen=True)
+class WindowCapacity:
+    """Per GPU class, what the facts and the inventory say about one card window."""
+
+    from_ms: int
+    to_ms: int
+    physical_ms: dict[str, int]  # class -> GPU-ms in the inventory
+    buckets: dict[tuple[str, str], float]  # (class, central bucket) -> GPU-hours
+
+
+@dataclass
+class Priced:
+    lines: list[Line] = field(default_factory=list)
+    unpriced_gpu_hours: dict[str, float] = field(default_factory=dict)
+    recoverable: Decimal = Decimal(0)  # computed from physical capacity, not from the lines
+    micro_gpu_hours: dict[str, int] = field(default_factory=dict)  # physical, tenant, <buckets>, unreconciled
+    endpoint_cost: dict[str, Decimal] = field(default_factory=dict)
+    endpoint_parts: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    tenant_hours: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (tenant, class)
+
+
+def parse_credits(doc: list) -> list[Credit]:
+    if not isinstance(doc, list):
+        raise ValueError("credits must be a JSON list")
+    out = []
+    for i, c in enumerate(doc):
+        try:
+            out.append(Credit(str(c["credit_id"]), str(c["tenant_id"]), str(c["period"]), to_decimal(c["amount"]),
+                              str(c.get("reason", ""))))
+        except (KeyError, TypeError, ArithmeticError) as exc:
+            raise ValueError(f"credits[{i}]: {exc!r}; needs credit_id, tenant_id, period and amount") from exc
+    return out
+
+
+def _micro(hours: float | Fraction) -> Fraction:
+    return Fraction(hours) * MICRO
+
+
+def _qty(micro: int) -> Decimal:
+    return Decimal(micro) / MICRO
+
+
+def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tuple], quotas: list[Quota],
+          hourly_tokens: list[tuple], endpoints: list[tuple[str, str, dict[str, Fraction]]],
+          endpoint_intervals: list[tuple], credits: list[Credit], credit_window: tuple[int, int]) -> Priced:
+    """held: (tenant, class, sku, from_ms, to_ms, GPU-equivalents); endpoints: (id, owner,
+    weighted units by tenant); credits apply when their period starts inside ``credit_window``."""
+    out = Priced(micro_gpu_hours=dict.fromkeys(("physical", "tenant", *CENTRAL_BUCKETS, "unreconciled"), 0))
+    versions = []
+    for card, cap in windows:
+        hours = split_skus_by_quota(held, quotas, cap.from_ms, cap.to_ms)
+        for (tenant, gpu_class, _), (g, b) in hours.items():
+            tg, tb = out.tenant_hours.get((tenant, gpu_class), (0.0, 0.0))
+            out.tenant_hours[(tenant, gpu_class)] = (tg + g, tb + b)
+        allocated = _capacity_lines(card, cap, hours, out)
+        if card is None:
+            continue
+        versions.append(card.version)
+        _variable_lines(card, cap, hourly_tokens, out)
+        pool = overhead_pool(card, cap.from_ms, cap.to_ms)
+        out.recoverable += pool
+        if pool and allocated:
+            whole = sum(allocated.values())
+            for tenant, part in cents(pool, {t: Fraction(v) for t, v in allocated.items()}).items():
+                share = _decimal(Fraction(allocated[tenant], whole))
+                out.lines.append(Line("tenant", tenant, "overhead", "overhead", "share", share, pool, part,
+                                      part, card.version, cap.from_ms, cap.to_ms,
+                                      "platform overhead, in proportion to allocated GPU-hours"))
+        elif pool:
+            out.lines.append(Line("central", "", "overhead", "overhead", "share", Decimal(1), pool, pool, pool,
+                                  card.version, cap.from_ms, cap.to_ms, "platform overhead: no tenant held capacity"))
+        _endpoint_cost(card, cap, hours, endpoint_intervals, out)
+    version = versions[0] if versions else ""
+    span = (windows[0][1].from_ms, windows[-1][1].to_ms) if windows else (0, 0)
+    _endpoint_lines(endpoints, version, span, out)
+    for c in credits:
+        starts = parse_rfc3339_ms(f"{c.period}-01T00:00:00Z")
+        if credit_window[0] <= starts < credit_window[1]:
+            out.recoverable -= c.amount
+            out.lines.append(Line("tenant", c.tenant_id, "credit", c.credit_id, "credit", Decimal(1), -c.amount,
+                                  -c.amount, -c.amount, version, *span, c.reason or "credit"))
+    return out
+
+
+def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out: Priced) -> dict[str, int]:
+    """Partition each priced class in micro-GPU-hours and price the parts; returns each
+    tenant's allocated micro-GPU-hours (what overhead is split by)."""
+    allocated: dict[str, int] = {}
+    for gpu_class in sorted({c for _, c, _ in hours} | set(cap.physical_ms) | {c for c, _ in cap.buckets}):
+        rates = card.gpu_hour.get(gpu_class) if card else None
+        mine = {k: v for k, v in hours.items() if k[1] == gpu_class}
+        weights: dict[tuple, Fraction] = {}
+        for (tenant, _, sku), (g, b) in mine.items():
+            weights[("guaranteed", tenant, sku)] = Fraction(g)
+            weights[("borrowed", tenant, sku)] = Fraction(b)
+        for bucket in CENTRAL_BUCKETS:
+            weights[(bucket,)] = Fraction(max(0.0, cap.buckets.get((gpu_class, bucket), 0.0)))
+        accounted = round(_micro(sum(weights.values(), Fraction(0))))
+        parts = largest_remainder(accounted, weights)
+        physical = round(Fraction(cap.physical_ms.get(gpu_class, 0) * MICRO, 3_600_000))  # GPU-ms -> micro-GPU-h
+        parts[("unreconciled",)] = physical - accounted
+        out.micro_gpu_hours["physical"] += physical
+        for key, micro in parts.items():
+            out.micro_gpu_hours["tenant" if len(key) == 3 else key[0]] += micro
+            if len(key) == 3:
+                allocated[key[1]] = allocated.get(key[1], 0) + micro
+        if rates is None:
+            held_h = sum(g + b for g, b in mine.values())
+            if held_h:
+                out.unpriced_gpu_hours[gpu_class] = out.unpriced_gpu_hours.get(gpu_class, 0.0) + held_h
+            continue
+        list_rate = rates.get("guaranteed", Decimal(0))
+        out.recoverable += _qty(physical) * list_rate
+        span = (card.version, cap.from_ms, cap.to_ms)
+        for key, micro in sorted(parts.items()):
+            if micro == 0:
+                continue
+            q = _qty(micro)
+            if len(key) == 3:
+                kind, tenant, sku = key
+                rate = rates.get(kind, Decimal(0))
+                out.lines.append(Line("tenant", tenant, kind, sku, "gpu_hour", q, rate, q * rate, q * list_rate, *span,
+                                      f"{kind} {sku} GPU-hours"))
+                if kind == "borrowed" and rate != list_rate:
+                    out.lines.append(Line("central", tenant, "subsidy", sku, "gpu_hour", q, list_rate - rate,
+                                          q * (list_rate - rate), q * (list_rate - rate), *span,
+                                          f"list minus borrowed rate on {tenant}'s borrowed {sku} GPU-hours"))
+            else:
+                out.lines.append(Line("central", "", key[0], gpu_class, "gpu_hour", q, list_rate, q * list_rate,
+                                      q * list_rate, *span, f"{key[0]} {gpu_class} GPU-hours at the list rate"))
+    return allocated
+
+
+def _variable_lines(card: RateCard, cap: WindowCapacity, hourly_tokens: list[tuple], out: Priced) -> None:
+    tokens: dict[str, list[int]] = {}
+    for tenant, hour_ms, tin, tout in hourly_tokens:
+        if cap.from_ms <= hour_ms < cap.to_ms:
+            t = tokens.setdefault(tenant, [0, 0])
+            t[0], t[1] = t[0] + tin, t[1] + tout
+    for tenant, (tin, tout) in sorted(tokens.items()):
+        for sku, n, rate in (("input_tokens", tin, card.per_million_input),
+                             ("output_tokens", tout, card.per_million_output)):
+            if n:
+                q = Decimal(n) / MILLION
+                out.recoverable += q * rate
+                out.lines.append(Line("tenant", tenant, "variable", sku, "million_tokens", q, rate, q * rate, q * rate,
+                                      card.version, cap.from_ms, cap.to_ms, f"{sku.replace('_', ' ')} per million"))
+
+
+def _endpoint_cost(card: RateCard, cap: WindowCapacity, hours: dict, intervals: list[tuple], out: Priced) -> None:
+    """An endpoint's GPU-hours in the window at its owner's blended rate for the class."""
+    for ep, owner, gpu_class, f, t, fr in intervals:
+        rates = card.gpu_hour.get(gpu_class)
+        g = sum(v[0] for k, v in hours.items() if k[:2] == (owner, gpu_class))
+        b = sum(v[1] for k, v in hours.items() if k[:2] == (owner, gpu_class))
+        overlap = max(0, min(t, cap.to_ms) - max(f, cap.from_ms))
+        if rates and g + b > 0 and overlap:
+            blended = (to_decimal(g) * rates.get("guaranteed", 0) + to_decimal(b) * rates.get("borrowed", 0)) / (
+                to_decimal(g) + to_decimal(b))
+            out.endpoint_cost[ep] = out.endpoint_cost.get(ep, Decimal(0)) + to_decimal(fr * overlap / 3_600_000) * blended
+
+
+def _endpoint_lines(endpoints: list[tuple[str, str, dict[str, Fraction]]], version: str, span: tuple[int, int],
+                    out: Priced) -> None:
+    for ep, owner, units in endpoints:
+        total = round_cents(out.endpoint_cost.get(ep, Decimal(0)))
+        out.endpoint_cost[ep] = total
+        parts = out.endpoint_parts[ep] = cents(total, units)
+        whole = sum(units.values())
+        recovered, recovered_share = Decimal(0), Decimal(0)
+        for tenant, part in sorted(parts.items()):
+            if tenant == owner or not part:
+                continue
+            share = _decimal(units[tenant] / whole)
+            recovered, recovered_share = recovered + part, recovered_share + share
+            out.lines.append(Line("tenant", tenant, "service_share", ep, "share", share, total, part, part, version,
+                                  *span, f"share of endpoint {ep} by weighted tokens"))
+        if recovered:
+            out.lines.append(Line("tenant", owner, "service_share", ep, "share", -recovered_share, total, -recovered,
+                                  -recovered, version, *span, f"recovered from the consumers of endpoint {ep}"))
+
+
+def _decimal(x: Fraction) -> Decimal:
+    """A share shown to six places (the money is split exactly elsewhere)."""
+    return round(Decimal(x.numerator) / Decimal(x.denominator), 6)
+
+
+def rounded(lines: list[Line]) -> list[Line]:
+    """Lines in whole cents that add up to the exact total rounded half up (largest remainder)."""
+    amounts = signed_cents([ln.amount for ln in lines])
+    lists = signed_cents([ln.list_amount for ln in lines])
+    return [replace(ln, amount=a, list_amount=la) for ln, a, la in zip(lines, amounts, lists)]

@@ -1,0 +1,82 @@
+"""From query rows to priced lines (pure): parse the reference documents (rate cards,
+quotas, credits) once, build shared-endpoint blocks, and price (domain/pricing.py).
+Showback and the ledger both start here, so they can never price differently."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+
+import orjson
+
+from gpuledger.domain.cost import parse_ratecards, round_cents
+from gpuledger.domain.endpoints import MICRO, endpoint_weights, largest_remainder, weighted_units
+from gpuledger.domain.pricing import Priced, WindowCapacity, parse_credits, price, rounded
+from gpuledger.domain.quota import parse_quotas
+from gpuledger.domain.timeutil import parse_rfc3339_ms
+
+__all__ = ["COST_PARTS", "money_reconciliation", "price_rows"]
+
+COST_PARTS = ("guaranteed", "borrowed", "variable", "service_share", "overhead", "credits", "endpoint_recovered",
+              "total")
+
+
+def price_rows(rows: dict) -> Priced:
+    """Price the rows; leaves the parsed cards (``cards``) and endpoint blocks
+    (``endpoint_blocks``: version, blocks) in ``rows`` for the documents built from them."""
+    cards = rows["cards"] = [c for doc in rows.get("ratecards", ())[:1] for c in parse_ratecards(orjson.loads(doc))]
+    quotas = [q for doc in rows.get("quotas", ())[:1] for q in parse_quotas(orjson.loads(doc))]
+    credits = [c for doc in rows.get("credits", ())[:1] for c in parse_credits(orjson.loads(doc))]
+    version, blocks, units = _endpoints(rows)
+    rows["endpoint_blocks"] = (version, blocks)
+    by_id = {c.version: c for c in cards}
+    windows = [(by_id.get(w["version"]), WindowCapacity(
+        w["from_ms"], w["to_ms"], {c: int(ms) for c, ms in w["physical"]},
+        {(c, bucket): h for c, bucket, h in w["buckets"]})) for w in rows.get("windows", ())]
+    return price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
+                 [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
+                 rows.get("endpoint_intervals", ()), credits, (rows["from_ms"], rows["to_ms"]))
+
+
+def money_reconciliation(priced: Priced, lines: list | None = None) -> dict[str, Decimal]:
+    """recoverable cost (from physical capacity) = tenant charges + central charges +
+    subsidies - credits, in the cents of the rounded lines; ``difference`` shows any gap."""
+    tenant = central = subsidies = credits = Decimal(0)
+    for line in rounded(priced.lines) if lines is None else lines:
+        if line.component == "credit":
+            credits -= line.amount
+        elif line.component == "subsidy":
+            subsidies += line.amount
+        elif line.payer == "tenant":
+            tenant += line.amount
+        else:
+            central += line.amount
+    expected = round_cents(priced.recoverable)
+    return {"tenant_charges": tenant, "central_charges": central, "subsidies": subsidies, "credits": credits,
+            "recoverable_cost": expected, "difference": expected - (tenant + central + subsidies - credits)}
+
+
+def _endpoints(rows: dict) -> tuple[str | None, list[dict], dict[str, dict[str, Fraction]]]:
+    """Endpoint blocks with their shares in micro-GPU-hours, and each endpoint's exact
+    weighted units per tenant (what money shares are split by, too)."""
+    cards = [card for doc in rows.get("ratecards", ()) for card in orjson.loads(doc)]
+    version, w_in, w_out = endpoint_weights(cards, rows["from_ms"], parse_rfc3339_ms)
+    usage: dict[str, dict[str, tuple]] = {}
+    for ep, tid, n, ok, tin, tout in rows.get("endpoint_usage", ()):
+        usage.setdefault(ep, {})[tid] = (n, ok, tin, tout)
+    out, exact = [], {}
+    for ep, owner, hours in rows.get("endpoint_capacity", ()):
+        total = round(hours * MICRO)
+        units = exact[ep] = {tid: weighted_units(tin, tout, w_in, w_out)
+                             for tid, (_, _, tin, tout) in usage.get(ep, {}).items()}
+        parts = largest_remainder(total, units)
+        whole = sum(units.values())
+        shares = [{"tenant_id": tid, "weighted_units": float(u), "share": float(u / whole) if whole else 0.0,
+                   "micro_gpu_hours": parts[tid], "gpu_hours": parts[tid] / MICRO, "cost": None}
+                  for tid, u in sorted(units.items())]
+        out.append({"endpoint_id": ep, "owner_tenant_id": owner, "allocated_gpu_hours": hours,
+                    "allocated_micro_gpu_hours": total, "cost": None, "shares": shares,
+                    "recovered_gpu_hours": sum(p for t, p in parts.items() if t != owner) / MICRO})
+    return version, out, exact
+
+

@@ -1,0 +1,84 @@
+"""Pricing: the class partition adds up to physical in micro-GPU-hours, every part is priced,
+and recoverable cost = tenant charges + central charges + subsidies - credits, exactly."""
+
+from decimal import Decimal
+from fractions import Fraction
+
+from gpuledger.domain.cost import parse_ratecards
+from gpuledger.domain.pricing import Credit, WindowCapacity, price, rounded
+from gpuledger.domain.quota import parse_quotas
+from gpuledger.domain.rows import money_reconciliation
+from gpuledger.domain.timeutil import parse_rfc3339_ms
+
+H = 3_600_000
+OCT = parse_rfc3339_ms("2026-10-01T00:00:00Z")
+NOV = parse_rfc3339_ms("2026-11-01T00:00:00Z")
+CARD = parse_ratecards([{"version": "v1", "valid_from": "2026-10-01T00:00:00Z", "currency": "USD",
+                         "gpu_hour": {"H100": {"guaranteed": "2.50", "borrowed": "1.75"}},
+                         "per_million_tokens": {"input": "0.30", "output": "0.90"},
+                         "overhead": {"amount": "100.00"}}])[0]
+QUOTAS = parse_quotas([{"tenant_id": "a", "gpu_class": "H100", "guaranteed_gpus": 1,
+                        "valid_from": "2026-10-01T00:00:00Z"}])
+
+
+def _priced(physical_gpus=4, credits=(), unreconciled_h=0.0, classes=("H100",)):
+    held = [("a", "H100", "H100", OCT, OCT + 10 * H, 2.0),  # a: 1 guaranteed + 1 borrowed for 10 h
+            ("a", "H100", "H100/3g.40gb", OCT, OCT + 7 * H, 3 / 7),
+            ("b", "H100", "H100", OCT + 2 * H, OCT + 5 * H, 1.0)]
+    held += [("c", "A100", "A100", OCT, OCT + H, 1.0)] if "A100" in classes else []
+    window = NOV - OCT
+    cap = WindowCapacity(OCT, NOV, {"H100": physical_gpus * window}, {
+        ("H100", "unallocated"): physical_gpus * window / H - 20 - 3 - 3 - 4 - unreconciled_h,
+        ("H100", "unavailable"): 4.0, ("H100", "fragmentation"): 0.0, ("H100", "unattributed"): 0.0})
+    return price([(CARD, cap)], held, QUOTAS, [("a", OCT, 2_000_000, 1_000_000), ("b", OCT + H, 500_000, 0)],
+                 [], [], list(credits), (OCT, NOV))
+
+
+def test_partition_and_money_reconcile_exactly():
+    priced = _priced(credits=[Credit("c1", "b", "2026-10", Decimal("5.00"), "goodwill")])
+    micro = priced.micro_gpu_hours
+    assert micro["physical"] == 4 * 744 * 1_000_000
+    assert micro["physical"] == micro["tenant"] + micro["unattributed"] + micro["unallocated"] + micro[
+        "fragmentation"] + micro["unavailable"] + micro["unreconciled"]
+    assert micro["unreconciled"] == 0
+    money = money_reconciliation(priced)
+    assert money["difference"] == 0
+    assert money["recoverable_cost"] == money["tenant_charges"] + money["central_charges"] + money[
+        "subsidies"] - money["credits"]
+    assert money["credits"] == Decimal("5.00")
+    # whole-GPU and MIG hours share a's quota per instant: 1 of its 2 3/7 GPUs is guaranteed
+    lines = {(ln.tenant_id, ln.component, ln.sku_id): ln for ln in priced.lines}
+    g = lines[("a", "guaranteed", "H100")].quantity + lines[("a", "guaranteed", "H100/3g.40gb")].quantity
+    assert g == Decimal(10)
+    assert lines[("b", "borrowed", "H100")].quantity == Decimal(3)
+    assert lines[("b", "subsidy", "H100")].amount == Decimal("2.25")  # 3 h x (2.50 - 1.75), paid centrally
+    assert lines[("a", "variable", "input_tokens")].amount == Decimal("0.60")
+
+
+def test_rounded_lines_add_up_to_the_rounded_exact_total():
+    priced = _priced()
+    shown = rounded(priced.lines)
+    assert sum(ln.amount for ln in shown) == sum(ln.amount for ln in priced.lines).quantize(Decimal("0.01"))
+    assert all(ln.amount == ln.amount.quantize(Decimal("0.01")) for ln in shown)
+
+
+def test_missing_evidence_is_an_unreconciled_central_line():
+    priced = _priced(unreconciled_h=6.0)
+    assert priced.micro_gpu_hours["unreconciled"] == 6_000_000
+    (line,) = [ln for ln in priced.lines if ln.component == "unreconciled"]
+    assert (line.payer, line.quantity, line.amount) == ("central", Decimal(6), Decimal("15.00"))
+    assert money_reconciliation(priced)["difference"] == 0
+
+
+def test_a_class_without_a_rate_is_unpriced_not_free():
+    priced = _priced(classes=("H100", "A100"))
+    assert priced.unpriced_gpu_hours == {"A100": 1.0}
+    assert not [ln for ln in priced.lines if ln.sku_id == "A100"]
+
+
+def test_overhead_split_by_allocation_in_whole_cents():
+    overhead = [ln for ln in _priced().lines if ln.component == "overhead"]
+    assert sum(ln.amount for ln in overhead) == Decimal("100.00")
+    # a: 20 + 3 = 23 GPU-hours, b: 3
+    assert {ln.tenant_id: ln.amount for ln in overhead} == {"a": Decimal("88.46"), "b": Decimal("11.54")}
+    assert Fraction(23, 26) * 100 - Fraction("88.46") < Fraction(1, 100)
