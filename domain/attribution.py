@@ -43,6 +43,7 @@ class NodeState:
     final_until_ms: int = NEG_INF
     first_snapshot_ms: int | None = None
     gaps: list = field(default_factory=list)  # [start, end] without evidence
+    evidence_gaps: list = field(default_factory=list)  # [start, end, holders at start, pos]: a late snapshot may fill
     pieces: dict = field(default_factory=dict)  # device id -> list[Piece] sorted by start
     pending_scrapes: list = field(default_factory=list)  # [t, [[uuid, sm, fb, w, j]...], pos]
     dcgm_wm_ms: int = NEG_INF  # latest scrape time applied (a node's scrapes arrive in order)
@@ -97,17 +98,22 @@ class Attributor:
     def apply_podresources(self, node: str, response: dict, observed_at_ms: int, pos: SourcePos) -> None:
         holders = {d: (h.namespace, h.pod, h.container, h.resource)
                    for d, h in device_holders(response).items()}
-        self._snapshot(self.nodes.setdefault(node, NodeState()), holders, observed_at_ms, pos)
+        self._snapshot(self.nodes.setdefault(node, NodeState()), holders, observed_at_ms, pos,
+                       lambda: self._node_facts(node))
 
     def apply_vgpu(self, host: str, vgpus: list[dict], observed_at_ms: int, pos: SourcePos) -> None:
         holders = vgpu_holders(vgpus)
-        if self._snapshot(self.vgpu_hosts.setdefault(host, NodeState()), holders, observed_at_ms, pos):
+        if self._snapshot(self.vgpu_hosts.setdefault(host, NodeState()), holders, observed_at_ms, pos,
+                          lambda: self._vgpu_facts(host)):
             self.vgpu_index.update(dict.fromkeys(holders, host))
 
-    def _snapshot(self, st: NodeState, holders: dict, observed_at_ms: int, pos: SourcePos) -> bool:
-        """A full snapshot closes the segment the previous one opened; stale ones are counted."""
+    def _snapshot(self, st: NodeState, holders: dict, observed_at_ms: int, pos: SourcePos, facts_of) -> bool:
+        """A full snapshot closes the segment the previous one opened. One older than the
+        latest is late: it splits the gap in evidence it falls in (new facts for time that
+        had none, never an edit of facts already written); otherwise it is counted stale."""
         if st.last_ms is not None and observed_at_ms <= st.last_ms:
-            self.counters.stale_snapshots += 1
+            if not self._fill_gap(st, holders, observed_at_ms, pos, facts_of):
+                self.counters.stale_snapshots += 1
             return False
         self.counters.snapshots += 1
         if st.last_ms is not None:
@@ -166,31 +172,63 @@ class Attributor:
         return sum(len(r[1]) for st in self.nodes.values() for r in st.pending_scrapes) + len(self.guest_pending)
 
     # -- capacity ------------------------------------------------------------------
+    def _node_facts(self, node: str):
+        inv, book, cluster = self.inventory, self.book, self.cluster_id
+        return lambda a, b, h, pos: segment_facts(inv, book, cluster, node, a, b, h, pos)
+
+    def _vgpu_facts(self, host: str):
+        inv, cluster = self.inventory, self.cluster_id
+        return lambda a, b, h, pos: vgpu_segment_facts(inv, cluster, host, a, b, h, pos)
+
     def _finalize_segments(self, node: str, st: NodeState) -> None:
         if self.inventory is None:
             return
-        inv, book, cluster = self.inventory, self.book, self.cluster_id
-        self._finalize(st, self.k8s_watermark_ms,
-                       lambda a, b, h, pos: segment_facts(inv, book, cluster, node, a, b, h, pos))
+        self._finalize(st, self.k8s_watermark_ms, self._node_facts(node))
 
     def _finalize_vgpu(self, host: str, st: NodeState) -> None:
-        inv, cluster = self.inventory, self.cluster_id
         # a vGPU snapshot names its owners itself: no watch to wait for
-        self._finalize(st, None, lambda a, b, h, pos: vgpu_segment_facts(inv, cluster, host, a, b, h, pos))
+        self._finalize(st, None, self._vgpu_facts(host))
 
     def _finalize(self, st: NodeState, until_ms: int | None, facts_of) -> None:
-        """Emit the segments ending by ``until_ms`` (all when None); a segment longer than the
-        grace is a gap in evidence, never anybody's allocation."""
+        """Emit the segments ending by ``until_ms`` (all when None)."""
         while st.pending_segments and (until_ms is None or st.pending_segments[0][1] <= until_ms):
             start, end, holders, pos = st.pending_segments.pop(0)
-            if end - start > self.node_grace_ms:
-                st.gaps.append([start, end])
-            else:
-                for device, fact, piece in facts_of(start, end, holders, SourcePos(*pos)):
-                    self._capacity_out.append(fact)
-                    self.counters.capacity_facts += 1
-                    st.pieces.setdefault(device, []).append(piece)
+            self._segment(st, start, end, holders, pos, facts_of)
             st.final_until_ms = end
+
+    def _segment(self, st: NodeState, start: int, end: int, holders: dict, pos, facts_of) -> None:
+        """A segment longer than the grace is a gap in evidence, never anybody's allocation."""
+        if end - start > self.node_grace_ms:
+            st.gaps.append([start, end])
+            st.evidence_gaps.append([start, end, holders, list(pos)])
+            return
+        for device, fact, piece in facts_of(start, end, holders, SourcePos(*pos)):
+            self._capacity_out.append(fact)
+            self.counters.capacity_facts += 1
+            pieces = st.pieces.setdefault(device, [])
+            pieces.append(piece)
+            if len(pieces) > 1 and pieces[-2].start_ms > piece.start_ms:  # a filled gap lands in the past
+                pieces.sort(key=lambda p: p.start_ms)
+
+    def _fill_gap(self, st: NodeState, holders: dict, t: int, pos: SourcePos, facts_of) -> bool:
+        """Split the pending segment or the evidence gap a late snapshot falls in."""
+        at = [pos.topic, pos.partition, pos.offset]
+        for seg in st.pending_segments:
+            if seg[0] < t < seg[1]:
+                i = st.pending_segments.index(seg)
+                st.pending_segments[i:i + 1] = [[seg[0], t, seg[2], seg[3]], [t, seg[1], holders, at]]
+                self.counters.snapshots += 1
+                return True
+        for gap in st.evidence_gaps:
+            if gap[0] < t < gap[1] and self.inventory is not None:
+                st.evidence_gaps.remove(gap)
+                st.gaps = [g for g in st.gaps if g != [gap[0], gap[1]]]
+                emit = facts_of()
+                self._segment(st, gap[0], t, gap[2], gap[3], emit)
+                self._segment(st, t, gap[1], holders, at, emit)
+                self.counters.snapshots += 1
+                return True
+        return False
 
     def _attribute_guest_samples(self) -> None:
         keep = []
@@ -322,7 +360,7 @@ def _node_state(s: NodeState) -> dict:
     return {
         "last_ms": s.last_ms, "last_holders": s.last_holders, "last_pos": list(s.last_pos),
         "pending_segments": s.pending_segments, "final_until_ms": s.final_until_ms,
-        "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps,
+        "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps, "evidence_gaps": s.evidence_gaps,
         "pieces": s.pieces,  # dataclasses: serialized as objects by the store's JSON encoder
         "pending_scrapes": s.pending_scrapes, "dcgm_wm_ms": s.dcgm_wm_ms,
     }
@@ -334,5 +372,6 @@ def _node_from(s: dict) -> NodeState:
         last_pos=tuple(s["last_pos"]),
         pending_segments=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s["pending_segments"]],
         final_until_ms=s["final_until_ms"], first_snapshot_ms=s["first_snapshot_ms"], gaps=s["gaps"],
+        evidence_gaps=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s.get("evidence_gaps", [])],
         pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},  # from the stored JSON
         pending_scrapes=s["pending_scrapes"], dcgm_wm_ms=s["dcgm_wm_ms"])
