@@ -126,8 +126,10 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
     progress(f"process: resuming at checkpoint {proc.seq}" if restored else "process: starting from the beginning")
 
     port = settings.query_port or free_port()
+    (settings.home / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(group, broker=f"kafka://{settings.kafka_bootstrap}", value_serializer="raw",
-                    key_serializer="raw", store="memory://", web_enabled=True, web_port=port,
+                    key_serializer="raw", store="memory://", datadir=str(settings.home / "faust" / group),
+                    web_enabled=True, web_port=port,
                     web_bind="127.0.0.1", web_host="127.0.0.1", broker_session_timeout=10,
                     broker_heartbeat_interval=1, topic_disable_leader=True, consumer_auto_offset_reset="earliest",
                     broker_commit_interval=1.0)
