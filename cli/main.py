@@ -81,6 +81,20 @@ def cmd_ingest(s: Settings, args) -> int:
     return 0
 
 
+def cmd_load(s: Settings, args) -> int:
+    from gpuledger.domain.timeutil import format_rfc3339
+    from gpuledger.producers.capture import load_reference
+    from gpuledger.producers.kafka import KafkaPublisher
+    from gpuledger.streams.topics import Topics, ensure_topics
+
+    topics = Topics(s.topic_prefix, s.source_partitions)
+    ensure_topics(s.kafka_bootstrap, topics)
+    ts = load_reference(Path(args.file), args.kind, args.cluster, KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms)
+    progress(f"load: {args.kind} for cluster {args.cluster} published (effective from {format_rfc3339(ts)}); "
+             "`gpuledger process` applies it")
+    return 0
+
+
 def cmd_process(s: Settings, args) -> int:
     from gpuledger.streams.worker import run_process
 
@@ -114,6 +128,102 @@ def cmd_showback(s: Settings, args) -> int:
     return 0
 
 
+def _ledger_engine(s: Settings):
+    """The engine itself: closing writes, so it may not go through a running worker."""
+    from gpuledger.sinks.clickhouse import ClickHouseStore, EngineLockedError
+    from gpuledger.sinks.query import WorkerQueryClient, open_reader
+
+    reader = open_reader(s.home, s.effective_dsn())
+    if isinstance(reader, WorkerQueryClient):
+        raise EngineLockedError("a running `gpuledger process` owns the embedded ClickHouse; the ledger needs the "
+                                "settled engine: stop it, or run `gpuledger process --until-caught-up` and close after")
+    assert isinstance(reader, ClickHouseStore)
+    return reader
+
+
+def _period(args) -> str:
+    from gpuledger.ledger.close import period_window
+
+    if not args.period:
+        raise UsageError("give --period YYYY-MM")
+    try:
+        period_window(args.period)
+    except ValueError as exc:
+        raise UsageError(f"--period: {exc}") from exc
+    return args.period
+
+
+def _closed(s: Settings, period: str) -> dict:
+    from gpuledger.sinks.ledger_store import ClickHouseLedger
+
+    doc = ClickHouseLedger(_ledger_engine(s)).get(period)
+    if doc is None:
+        raise UsageError(f"{period} is not closed: run `gpuledger close --period {period}` first")
+    return doc
+
+
+def cmd_close(s: Settings, args) -> int:
+    from gpuledger.domain.ledger import ClosePolicy
+    from gpuledger.ledger.close import close_period
+    from gpuledger.sinks.ledger_store import ClickHouseLedger
+    from gpuledger.streams.processor import PROCESSOR_NAME
+
+    period = _period(args)
+    store = _ledger_engine(s)
+    policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio, s.close_max_unpriced_gpu_hours)
+    result = close_period(store, ClickHouseLedger(store), store.load_checkpoint(PROCESSOR_NAME), period, policy,
+                          _wall_ms(), progress)
+    if result.already_closed:
+        progress(f"close {period}: already closed; the ledger is unchanged")
+        print(result.document["hash"])
+        return 0
+    if result.reasons:
+        progress(f"close {period}: refused:\n" + "\n".join(f"  - {r}" for r in result.reasons))
+        print("\n".join(f"refused: {r}" for r in result.reasons))
+        return 2
+    print(orjson.dumps(result.document, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def cmd_ledger(s: Settings, args) -> int:
+    from gpuledger.domain.ledger import line_doc
+    from gpuledger.ledger.close import pending_corrections
+    from gpuledger.sinks.ledger_store import ClickHouseLedger
+
+    if args.action == "show":
+        print(orjson.dumps(_closed(s, _period(args)), option=orjson.OPT_INDENT_2).decode())
+        return 0
+    store = _ledger_engine(s)
+    lines = pending_corrections(store, ClickHouseLedger(store))
+    print(orjson.dumps([line_doc(ln) for ln in lines], option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def _write(text: str, out: str | None) -> None:
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+        progress(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_export(s: Settings, args) -> int:
+    from gpuledger.ledger.focus import focus_csv
+
+    _write(focus_csv(_closed(s, _period(args)), s.provider_name, s.central_account), args.out)
+    return 0
+
+
+def cmd_statement(s: Settings, args) -> int:
+    from gpuledger.ledger.statement import StatementError, render_statement
+
+    try:
+        _write(render_statement(_closed(s, _period(args)), args.tenant), args.out)
+    except StatementError as exc:
+        raise UsageError(str(exc)) from exc
+    return 0
+
+
 def cmd_demo(s: Settings, args) -> int:
     from gpuledger.demo.run import run_demo
 
@@ -138,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     ing = sub.add_parser("ingest", help="publish a capture directory to the source topics")
     ing.add_argument("dir")
     ing.set_defaults(func=cmd_ingest)
+    ld = sub.add_parser("load", help="publish one reference document (rate cards, quotas, credits, inventory)")
+    ld.add_argument("kind", choices=["ratecards", "quotas", "credits", "inventory"])
+    ld.add_argument("file")
+    ld.add_argument("--cluster", required=True, help="the cluster_id the document applies to")
+    ld.set_defaults(func=cmd_load)
     pr = sub.add_parser("process", help="run the stream processors and sinks")
     pr.add_argument("--until-caught-up", action="store_true", help="exit 0 once all input up to now is in ClickHouse")
     pr.set_defaults(func=cmd_process)
@@ -148,6 +263,24 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--tenant")
     sb.add_argument("--format", choices=["table", "json", "csv"], default="table")
     sb.set_defaults(func=cmd_showback)
+    cl = sub.add_parser("close", help="close a period into the immutable ledger (refuses with reasons)")
+    cl.add_argument("--period", required=True, help="YYYY-MM")
+    cl.set_defaults(func=cmd_close)
+    lg = sub.add_parser("ledger", help="show a closed period, or the corrections later evidence makes")
+    lg.add_argument("action", choices=["show", "corrections"])
+    lg.add_argument("--period", help="YYYY-MM (show)")
+    lg.add_argument("--format", choices=["json"], default="json")
+    lg.set_defaults(func=cmd_ledger)
+    ex = sub.add_parser("export", help="export a closed period")
+    ex.add_argument("kind", choices=["focus"])
+    ex.add_argument("--period", required=True, help="YYYY-MM")
+    ex.add_argument("--out", help="file to write (default stdout)")
+    ex.set_defaults(func=cmd_export)
+    stm = sub.add_parser("statement", help="a tenant's printable HTML statement of a closed period")
+    stm.add_argument("--period", required=True, help="YYYY-MM")
+    stm.add_argument("--tenant", required=True)
+    stm.add_argument("--out", help="file to write (default stdout)")
+    stm.set_defaults(func=cmd_statement)
     dm = sub.add_parser("demo", help="stack up, generate a realistic cluster capture, ingest, process, showback")
     dm.add_argument("--out", help="where to write the capture (default HOME/demo-capture)")
     dm.add_argument("--hours", type=int, default=24)

@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
     checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between processor checkpoints (0 = every batch).")
     query_port: int = Field(0, ge=0, description="Port of the worker's query endpoint (0 = any free port).")
+    close_max_unattributed_ratio: float = Field(
+        0.02, ge=0, description="Close refuses when capacity allocated with no tenant exceeds this share of physical.")
+    close_max_difference_ratio: float = Field(
+        0.01, ge=0, description="Close refuses when physical capacity not accounted for by evidence exceeds this share.")
+    close_max_unpriced_gpu_hours: float = Field(
+        0.0, ge=0, description="Close refuses when more allocated GPU-hours than this have no rate.")
+    provider_name: str = Field("GPU platform", description="FOCUS ProviderName, PublisherName and InvoiceIssuerName.")
+    central_account: str = Field("platform-central", description="FOCUS BillingAccountId of the central budget.")
 
     def effective_dsn(self) -> str:
         """The ClickHouse DSN, defaulting to the embedded engine under home."""

@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuledger.domain.inventory import InventoryError, parse_inventory
 from gpuledger.domain.podresources import PodResourcesError, device_holders
+from gpuledger.domain.cost import parse_ratecards
+from gpuledger.domain.pricing import parse_credits
+from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.producers.base import Publisher
 from gpuledger.schemas import Codec
@@ -30,6 +33,28 @@ __all__ = ["CaptureError", "IngestSummary", "ingest_capture"]
 
 CAPTURE_FORMAT = "gpuledger-capture/1"
 _RAW_LIMIT = 64 * 1024
+
+
+REFERENCE_KINDS = ("inventory", "quotas", "ratecards", "credits")
+
+
+def reference_time(kind: str, raw: bytes) -> int:
+    """Validate a reference document; returns its event time (its earliest validity).
+    Raises ValueError naming what is wrong."""
+    try:
+        doc = orjson.loads(raw)
+        if kind == "inventory":
+            return min((g.valid_from_ms for g in parse_inventory(doc).gpus), default=0)
+        if kind == "ratecards":
+            return min((c.valid_from_ms for c in parse_ratecards(doc)), default=0)
+        if kind == "quotas":
+            return min((q.valid_from_ms for q in parse_quotas(doc)), default=0)
+        # a credit belongs to a period: YYYY-MM
+        return min((parse_rfc3339_ms(f"{c.period}-01T00:00:00Z") for c in parse_credits(doc)), default=0)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{kind}.json is not JSON: {exc}") from exc
+    except (InventoryError, KeyError, TypeError) as exc:
+        raise ValueError(str(exc)) from exc
 
 
 class CaptureError(ValueError):
@@ -184,25 +209,21 @@ class _Ingest:
 
     # -- files ---------------------------------------------------------------------
     def documents(self) -> None:
-        for kind in ("inventory", "quotas", "ratecards"):
+        for kind in REFERENCE_KINDS:
             path = self.capture / f"{kind}.json"
             if not path.exists():
                 continue
             raw = path.read_bytes()
             try:
-                doc = orjson.loads(raw)
-                if kind == "inventory":
-                    inv = parse_inventory(doc)
-                    ts = min((g.valid_from_ms for g in inv.gpus), default=0)
-                elif not isinstance(doc, list):
-                    raise ValueError(f"{kind}.json must be a JSON list")
-                else:
-                    ts = min((parse_rfc3339_ms(d["valid_from"]) for d in doc if d.get("valid_from")), default=0)
-            except (orjson.JSONDecodeError, InventoryError, ValueError, KeyError, TypeError) as exc:
+                ts = reference_time(kind, raw)
+            except ValueError as exc:
                 self.reject(f"{kind}.json:1", str(exc), raw)
                 continue
-            self.emit(self.topics.reference, f"{self.cluster}/{kind}",
-                      {"observed_at_ms": ts, "kind": kind, "document_json": raw.decode()}, ts)
+            self.document(kind, raw, ts)
+
+    def document(self, kind: str, raw: bytes, ts: int) -> None:
+        self.emit(self.topics.reference, f"{self.cluster}/{kind}",
+                  {"observed_at_ms": ts, "kind": kind, "document_json": raw.decode()}, ts)
 
     def watch(self) -> None:
         spec, last_ms = self.topics.k8s, None
@@ -287,3 +308,22 @@ def ingest_capture(capture: Path, publisher: Publisher, topics: Topics, wall_ms:
     job.requests()
     publisher.flush()
     return job.summary
+
+
+def load_reference(path: Path, kind: str, cluster_id: str, publisher: Publisher, topics: Topics,
+                   wall_ms: Callable[[], int]) -> int:
+    """Publish one reference document (rate cards, quotas, credits, inventory) on its own,
+    as ingest would; a bad document is refused (CaptureError), not published."""
+    if kind not in REFERENCE_KINDS:
+        raise CaptureError(f"unknown reference kind {kind!r}: one of {', '.join(REFERENCE_KINDS)}")
+    try:
+        raw = path.read_bytes()
+        ts = reference_time(kind, raw)
+    except OSError as exc:
+        raise CaptureError(f"cannot read {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise CaptureError(f"{path}: {exc}") from exc
+    job = _Ingest(path.parent, publisher, topics, cluster_id, wall_ms, lambda _: None)
+    job.document(kind, raw, ts)
+    publisher.flush()
+    return ts

@@ -53,7 +53,7 @@ class ClickHouseStore:
             raise StoreError(f"ClickHouse query failed: {str(exc).splitlines()[0]}") from exc
         return list(result.column_names), [tuple(r) for r in result.result_rows]
 
-    def _insert(self, table: str, rows: list[list], columns: list[str]) -> None:
+    def insert(self, table: str, rows: list[list], columns: list[str]) -> None:
         if not rows:
             return
         try:
@@ -66,23 +66,23 @@ class ClickHouseStore:
                                       ("utilization_facts", UTILIZATION_COLUMNS, batch.utilization),
                                       ("request_facts", REQUEST_COLUMNS, batch.requests),
                                       ("demand_facts", DEMAND_COLUMNS, batch.demand)):
-            self._insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
+            self.insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
 
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
-        self._insert("reference_documents", [[cluster_id, kind, observed_at_ms, document]],
+        self.insert("reference_documents", [[cluster_id, kind, observed_at_ms, document]],
                      ["cluster_id", "kind", "observed_at_ms", "document"])
 
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None:
-        self._insert("inventory_gpus", [[cluster_id, g.gpu_uuid, g.node, g.model, g.gpu_class, g.mode, g.valid_from_ms,
+        self.insert("inventory_gpus", [[cluster_id, g.gpu_uuid, g.node, g.model, g.gpu_class, g.mode, g.valid_from_ms,
                                          g.valid_to_ms, document_ms] for g in inventory.gpus],
                      ["cluster_id", "gpu_uuid", "node", "model", "gpu_class", "mode", "valid_from_ms", "valid_to_ms",
                       "document_ms"])
-        self._insert("inventory_unavailable", [[cluster_id, u.gpu_uuid, u.from_ms, u.to_ms, u.reason, document_ms]
+        self.insert("inventory_unavailable", [[cluster_id, u.gpu_uuid, u.from_ms, u.to_ms, u.reason, document_ms]
                                                for u in inventory.unavailable],
                      ["cluster_id", "gpu_uuid", "from_ms", "to_ms", "reason", "document_ms"])
 
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None:
-        self._insert("processor_checkpoints", [[processor, checkpoint.seq, orjson.dumps(checkpoint.offsets).decode(),
+        self.insert("processor_checkpoints", [[processor, checkpoint.seq, orjson.dumps(checkpoint.offsets).decode(),
                                                 orjson.dumps(checkpoint.state).decode()]],
                      ["processor", "seq", "offsets", "state"])
 

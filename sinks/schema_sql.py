@@ -103,4 +103,9 @@ def ddl_statements(db: str) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS {db}.processor_checkpoints (
             processor String, seq UInt64, offsets String, state String
         ) ENGINE = ReplacingMergeTree(seq) ORDER BY processor""",
+        # Closed periods: append-only (plain MergeTree, only ever INSERTed); the first close of
+        # a period is the ledger, later ones are refused before they are written.
+        f"""CREATE TABLE IF NOT EXISTS {db}.ledger_documents (
+            period String, hash String, closed_at_ms Int64, document String
+        ) ENGINE = MergeTree ORDER BY (period, closed_at_ms)""",
     ]

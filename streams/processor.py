@@ -55,6 +55,7 @@ class Processor:
         self.codecs = {t.name: Codec(t.schema) for t in topics.processed()}
         self.attributors: dict[str, Attributor] = {}
         self.next_offsets: dict[str, int] = {}  # "topic:partition" -> next offset to read
+        self.first_offsets: dict[str, int] = {}  # "topic:partition" -> first offset ever read (the ledger's sources)
         self.partition_wm: dict[str, int] = {}  # "topic:partition" -> max observed_at_ms
         self.extents: dict[str, tuple[int, int]] = {}  # "topic:partition" -> (low, high)
         self.seq = 0
@@ -71,6 +72,7 @@ class Processor:
         self.seq = cp.seq
         self.next_offsets = dict(cp.offsets)
         self.partition_wm = dict(cp.state.get("partition_wm", {}))
+        self.first_offsets = dict(cp.state.get("first_offsets", {}))
         self.dead_lettered = cp.state.get("dead_lettered", 0)
         for cluster, st in cp.state.get("clusters", {}).items():
             self.attributors[cluster] = Attributor.from_state(st, self.sample_span_ms, self.node_grace_ms)
@@ -87,6 +89,7 @@ class Processor:
             self.skipped_replayed += 1
             return
         self.next_offsets[key] = offset + 1
+        self.first_offsets.setdefault(key, offset)
         source = f"{topic}/{partition}@{offset}"
         try:
             record = self.codecs[topic].decode(value or b"")
@@ -160,7 +163,7 @@ class Processor:
             return result
         self.seq += 1
         self.store.save_checkpoint(PROCESSOR_NAME, Checkpoint(self.seq, dict(self.next_offsets), {  # 2. checkpoint
-            "partition_wm": self.partition_wm, "dead_lettered": self.dead_lettered,
+            "partition_wm": self.partition_wm, "first_offsets": self.first_offsets, "dead_lettered": self.dead_lettered,
             "clusters": {c: a.to_state() for c, a in self.attributors.items()},
         }))
         return result

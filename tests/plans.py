@@ -200,3 +200,68 @@ SERVICE_VGPU_TRUTH = {"alpha": 3 * 0.5, "beta": 1.5 * 0.1, "gamma": 1.0 * 0.1}
 # weighted units: alpha 100 x (1000 + 3 x 100), beta 50 x (200 + 3 x 800), gamma 30 x (500 + 3 x 500)
 SERVICE_UNITS = {"alpha": 130_000, "beta": 130_000, "gamma": 60_000}
 SERVICE_SHARE_HOURS = {t: 6.0 * u / 320_000 for t, u in SERVICE_UNITS.items()}
+
+
+# -- a month with known money (the ledger) -------------------------------------------------
+NOV_1 = parse_rfc3339_ms("2026-11-01T00:00:00Z")
+DEC_1 = parse_rfc3339_ms("2026-12-01T00:00:00Z")
+GAP_HOURS = (301, 302)  # node-b's snapshots at these hours after T0 are late: a 3 h gap at close
+
+
+def month_plan() -> ClusterPlan:
+    """October and November 2026, 2 nodes x 4 H100, hourly snapshots and scrapes (run with a
+    PodResources grace of 2 h and a sample span of 1 h):
+
+    - alpha (quota 2) holds 3 GPUs on node-a all the time;
+    - beta (no quota) holds node-a's 4th GPU 100..400 h;
+    - gamma (quota 1) holds 2 GPUs on node-b 200..500 h;
+    - node-b's GPU 3 is in maintenance 600..624 h;
+    - alpha sends 2 requests (2M input, 1M output tokens), beta 4 (4M, 2M), plus a failure.
+    Rates: 2.50 guaranteed (the list rate), 1.50 borrowed, 0.50 / 1.50 per million tokens,
+    overhead 3,126.00 a month split by allocation.
+    """
+    end = DEC_1 + 2 * H
+    nodes = {n: [GpuSpec(gpu_uuid("month", n, i), n, i) for i in range(4)] for n in ("node-a", "node-b")}
+    namespaces = [NamespacePlan(f"{t}-ns", det_uuid("ns", "month", t), T0 - 24 * H, ((T0 - 24 * H, t),))
+                  for t in ("alpha", "beta", "gamma")]
+    hour = lambda h: T0 + h * H  # noqa: E731
+    pods = [PodPlan("alpha-ns", "train-0", det_uuid("pod", "month", "a"), "node-a", (0, 1, 2), T0, end, 0.7),
+            PodPlan("beta-ns", "batch-0", det_uuid("pod", "month", "b"), "node-a", (3,), hour(100), hour(400), 0.4),
+            PodPlan("gamma-ns", "train-g", det_uuid("pod", "month", "g"), "node-b", (0, 1), hour(200), hour(500), 0.9)]
+    requests = []
+    for i, (tenant, prompt, completion, outcome) in enumerate(
+            [("alpha", 1_000_000, 500_000, "success")] * 2 + [("beta", 1_000_000, 500_000, "success")] * 4
+            + [("beta", 7_000_000, 0, "error")]):
+        t = hour(48 + i)
+        requests.append({"observed_at": format_rfc3339(t), "endpoint_id": "batch-api", "model": "llama-3.1-8b",
+                         "revision": "r1", "request_id": f"month-{i}", "tenant_id": tenant,
+                         "project_id": f"{tenant}-app", "arrived_at": format_rfc3339(t - 60_000),
+                         "prompt_tokens": prompt, "completion_tokens": completion, "queue_s": 0.1, "ttft_s": 0.5,
+                         "e2e_s": 30.0, "outcome": outcome})
+    return ClusterPlan(
+        start_ms=T0, end_ms=end, nodes=nodes, namespaces=namespaces, pods=pods,
+        unavailable=[(nodes["node-b"][3].uuid, hour(600), hour(624), "maintenance")],
+        snapshot_every_ms=H, scrape_every_ms=H, bookmark_every_ms=H, requests=requests,
+        quotas=[{"tenant_id": "alpha", "gpu_class": "H100-80GB", "guaranteed_gpus": 2,
+                 "valid_from": "2026-10-01T00:00:00Z", "valid_to": None},
+                {"tenant_id": "gamma", "gpu_class": "H100-80GB", "guaranteed_gpus": 1,
+                 "valid_from": "2026-10-01T00:00:00Z", "valid_to": None}],
+        ratecards=[{"version": "2026-10-v1", "valid_from": "2026-10-01T00:00:00Z", "valid_to": None,
+                    "currency": "USD", "gpu_hour": {"H100-80GB": {"guaranteed": "2.50", "borrowed": "1.50"}},
+                    "per_million_tokens": {"input": "0.50", "output": "1.50"},
+                    "overhead": {"amount": "3126.00", "rule": "proportional_to_allocation"}}],
+    )
+
+
+MONTH_CREDITS = [{"credit_id": "cr-2026-10-alpha-sla", "tenant_id": "alpha", "period": "2026-10", "amount": "100.00",
+                  "reason": "SLA credit: node-a maintenance overran"}]
+# October at close (node-b has no evidence 300..303 h): by hand from the plan.
+# alpha: 1488 h x 2.50 + 744 h x 1.50 + 2.50 tokens + 2232.00 overhead - 100.00 credit
+# beta: 300 h x 1.50 + 5.00 tokens + 300.00 overhead; gamma: 297 h x 2.50 + 297 h x 1.50 + 594.00 overhead
+OCTOBER_TOTALS = {"alpha": "6970.50", "beta": "755.00", "gamma": "1782.00"}
+OCTOBER_RECONCILIATION = {
+    "physical_gpu_hours": "5952.000000", "allocated_gpu_hours": "3126.000000", "unallocated_gpu_hours": "2790.000000",
+    "unavailable_gpu_hours": "24.000000", "difference_gpu_hours": "12.000000",
+    "tenant_charges": "9607.50", "central_charges": "7065.00", "subsidies": "1341.00", "credits": "100.00",
+    "recoverable_cost": "17913.50",
+}

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -42,6 +42,7 @@ class Stack:
 
     home: Path
     prefix: str
+    extra_env: dict = field(default_factory=dict)
 
     @property
     def dsn(self) -> str:
@@ -50,7 +51,7 @@ class Stack:
     def env(self) -> dict:
         return {**os.environ, "GPULEDGER_HOME": str(self.home), "GPULEDGER_KAFKA_BOOTSTRAP": BOOTSTRAP,
                 "GPULEDGER_TOPIC_PREFIX": self.prefix, "GPULEDGER_KAFKA_LIBS": str(LIBS),
-                "GPULEDGER_CLICKHOUSE_DSN": self.dsn, "GPULEDGER_BATCH_MAX_RECORDS": "500"}
+                "GPULEDGER_CLICKHOUSE_DSN": self.dsn, "GPULEDGER_BATCH_MAX_RECORDS": "500", **self.extra_env}
 
     def run(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
         done = subprocess.run([*GPULEDGER, *args], env=self.env(), capture_output=True, text=True, timeout=timeout)

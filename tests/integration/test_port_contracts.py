@@ -142,3 +142,25 @@ def test_store_returns_the_latest_checkpoint(store):
     store.store.save_checkpoint("other", Checkpoint(7, {}, {}))
     cp = store.store.load_checkpoint("p")
     assert (cp.seq, cp.offsets, cp.state) == (2, {"t:0": 9}, {"x": 2})
+
+
+# -- Ledger --------------------------------------------------------------------------------
+@pytest.fixture(params=["memory", "clickhouse"])
+def ledger(request, tmp_path):
+    from gpuledger.sinks.ledger_store import ClickHouseLedger, MemoryLedger
+
+    if request.param == "memory":
+        yield MemoryLedger()
+        return
+    s = ChStore(tmp_path / "ch")
+    yield ClickHouseLedger(s.store)
+    s.close()
+
+
+def test_ledger_keeps_the_first_document_of_a_period(ledger):
+    assert ledger.get("2026-10") is None and ledger.closed() == []
+    ledger.append("2026-10", "sha256:a", 2, {"period": "2026-10", "hash": "sha256:a", "lines": [{"amount": "1.00"}]})
+    ledger.append("2026-09", "sha256:b", 3, {"period": "2026-09", "hash": "sha256:b", "lines": []})
+    ledger.append("2026-10", "sha256:c", 5, {"period": "2026-10", "hash": "sha256:c", "lines": []})  # never wins
+    assert ledger.get("2026-10")["hash"] == "sha256:a"
+    assert [d["hash"] for d in ledger.closed()] == ["sha256:b", "sha256:a"]  # in period order

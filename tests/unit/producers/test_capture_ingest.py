@@ -60,3 +60,23 @@ def test_not_a_capture(tmp_path):
     (tmp_path / "manifest.json").write_bytes(orjson.dumps({"format": "other"}))
     with pytest.raises(CaptureError, match="gpuledger-capture/1"):
         ingest_capture(tmp_path, ListPublisher(), Topics("t", 1), lambda: 0)
+
+
+def test_a_reference_document_loads_on_its_own(tmp_path):
+    from gpuledger.producers.capture import load_reference
+
+    topics = Topics("t", 2)
+    pub = ListPublisher({t.name: t.partitions for t in topics.all()})
+    cards = tmp_path / "ratecards.json"
+    cards.write_bytes(orjson.dumps([{"version": "2026-11-v2", "valid_from": "2026-11-01T00:00:00Z",
+                                     "gpu_hour": {"H100-80GB": {"guaranteed": "2.40", "borrowed": "1.40"}}}]))
+    load_reference(cards, "ratecards", "prod-ai-1", pub, topics, lambda: 0)
+    (rec,) = [r for r in pub.records if r.topic == topics.reference.name]
+    decoded = Codec(topics.reference.schema).decode(rec.value)
+    assert rec.key == b"prod-ai-1/ratecards" and decoded["kind"] == "ratecards"
+    assert orjson.loads(decoded["document_json"])[0]["version"] == "2026-11-v2"
+    bad = tmp_path / "quotas.json"
+    bad.write_bytes(orjson.dumps([{"tenant_id": "a", "gpu_class": "H100-80GB"}]))
+    with pytest.raises(CaptureError, match=r"quotas\[0\].*guaranteed_gpus"):
+        load_reference(bad, "quotas", "prod-ai-1", pub, topics, lambda: 0)
+    assert len([r for r in pub.records if r.topic == topics.reference.name]) == 1  # refused, not published

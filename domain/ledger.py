@@ -1,0 +1,211 @@
+"""The closed period: a ``gpuledger-ledger/1`` document (pure).
+
+Built from the same priced lines as the showback (domain/rows.py), in whole cents that add
+up. The content hash is sha256 over the canonical JSON (sorted keys, no whitespace) of the
+document without ``hash``, ``status`` and ``closed_at``, so the same evidence always gives
+the same hash. Evidence that changes a closed period becomes ``Correction`` lines in a
+later close: the difference, line by line, between the period priced again and what was
+already booked for it (its own lines plus earlier corrections); the closed document is
+never edited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from decimal import Decimal
+
+import orjson
+
+from gpuledger.domain.pricing import CENTRAL_BUCKETS, Line, Priced
+from gpuledger.domain.rows import money_reconciliation
+from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
+
+__all__ = ["ClosePolicy", "LEDGER_FORMAT", "build_ledger", "content_hash", "corrections", "line_doc", "line_from_doc",
+           "refusals"]
+
+LEDGER_FORMAT = "gpuledger-ledger/1"
+FACT_SCHEMAS = "capacity_fact/2 utilization_fact/2 request_fact/1 demand_fact/1"
+UNHASHED = ("hash", "status", "closed_at")
+MICRO = Decimal(1_000_000)
+
+
+@dataclass(frozen=True)
+class ClosePolicy:
+    max_unattributed_ratio: float  # allocated capacity without a tenant, of physical
+    max_difference_ratio: float  # |physical - accounted| (evidence gaps, over-allocation), of physical
+    max_unpriced_gpu_hours: float  # allocated hours of classes no rate card prices
+
+
+def _hours(micro: int) -> str:
+    return f"{Decimal(micro) / MICRO:.6f}"
+
+
+def _money(x: Decimal) -> str:
+    return f"{x:.2f}"
+
+
+def _rate(x: Decimal) -> str:
+    return f"{x:.2f}" if x == round(x, 2) else format(x.normalize(), "f")
+
+
+def line_doc(ln: Line) -> dict:
+    return {"tenant_id": ln.tenant_id or None, "payer": ln.payer, "component": ln.component, "sku_id": ln.sku_id,
+            "quantity": f"{ln.quantity:.6f}", "unit": ln.unit, "rate": _rate(ln.rate), "amount": _money(ln.amount),
+            "list_amount": _money(ln.list_amount), "charge_class": ln.charge_class,
+            "corrects_period": ln.corrects_period, "ratecard_version": ln.ratecard_version,
+            "charge_period_start": format_rfc3339(ln.from_ms), "charge_period_end": format_rfc3339(ln.to_ms),
+            "description": ln.description}
+
+
+def line_from_doc(d: dict) -> Line:
+    return Line(d["payer"], d["tenant_id"] or "", d["component"], d["sku_id"], d["unit"], Decimal(d["quantity"]),
+                Decimal(d["rate"]), Decimal(d["amount"]), Decimal(d["list_amount"]), d["ratecard_version"],
+                parse_rfc3339_ms(d["charge_period_start"]), parse_rfc3339_ms(d["charge_period_end"]),
+                d["description"], d["charge_class"], d["corrects_period"])
+
+
+def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: Priced, lines: list[Line],
+                 booked_corrections: list[Line], context: dict) -> dict:
+    """``lines``: the period's own lines, rounded; ``context``: currency, ratecard versions,
+    hierarchy rows, sources, dead-lettered count, evidence end."""
+    every = lines + booked_corrections
+    tenants: dict[str, dict[str, Decimal]] = {}
+    for ln in every:
+        if ln.payer == "tenant":
+            t = tenants.setdefault(ln.tenant_id, {"charges": Decimal(0), "credits": Decimal(0),
+                                                  "corrections": Decimal(0), "total": Decimal(0)})
+            bucket = "corrections" if ln.charge_class == "Correction" else (
+                "credits" if ln.component == "credit" else "charges")
+            t[bucket] += ln.amount
+            t["total"] += ln.amount
+    measured = {e["tenant_id"]: {
+        **{k: f"{e[k]:.6f}" for k in ("allocated_gpu_hours", "guaranteed_gpu_hours", "borrowed_gpu_hours",
+                                      "active_gpu_hours", "idle_allocated_gpu_hours", "service_share_gpu_hours")},
+        "confidence_gpu_hours": {k: f"{v:.6f}" for k, v in e["confidence_gpu_hours"].items()}}
+        for e in showback["tenants"]}
+    micro = priced.micro_gpu_hours
+    money = money_reconciliation(priced, lines)
+    platform = showback["platform"]
+    confidence = {"high": 0.0, "medium": 0.0, "modeled": 0.0}
+    for e in showback["tenants"]:
+        for k in confidence:
+            confidence[k] += e["confidence_gpu_hours"][k]
+    confidence["unattributed"] = platform["unattributed_gpu_hours"]
+    return {
+        "format": LEDGER_FORMAT,
+        "period": period,
+        "status": "closed",
+        "hash": None,
+        "period_start": format_rfc3339(from_ms), "period_end": format_rfc3339(to_ms),
+        "evidence_to": format_rfc3339(context["evidence_to_ms"]),
+        "schema_version": f"{LEDGER_FORMAT}; {FACT_SCHEMAS}",
+        "ratecard_version": context["ratecard_versions"][0] if context["ratecard_versions"] else None,
+        "ratecard_versions": context["ratecard_versions"],
+        "currency": context["currency"],
+        "lines": [line_doc(ln) for ln in every],
+        "tenants": [{"tenant_id": tid, **{k: _money(v) for k, v in t.items()}, **measured.get(tid, {})}
+                    for tid, t in sorted(tenants.items())],
+        "tenant_hierarchy": _hierarchy(context["hierarchy"]),
+        "idle_gpu_hours": {k: f"{v:.6f}" for k, v in platform["idle_gpu_hours"].items()},
+        "confidence_gpu_hours": {k: f"{v:.6f}" for k, v in confidence.items()},
+        "reconciliation": {
+            "physical_gpu_hours": _hours(micro["physical"]),
+            "allocated_gpu_hours": _hours(micro["tenant"] + micro["unattributed"]),
+            "unallocated_gpu_hours": _hours(micro["unallocated"] + micro["fragmentation"]),
+            "unavailable_gpu_hours": _hours(micro["unavailable"]),
+            "difference_gpu_hours": _hours(micro["unreconciled"]),
+            "unattributed_gpu_hours": _hours(micro["unattributed"]),
+            **{k: _money(v) for k, v in money.items() if k != "difference"},
+            "difference_money": _money(money["difference"]),
+            "corrections": _money(sum((ln.amount for ln in booked_corrections), Decimal(0))),
+        },
+        "data_gaps": _gaps(showback, priced, context),
+        "sources": context["sources"],
+    }
+
+
+def _hierarchy(rows) -> list[dict]:
+    out: dict[str, dict[str, set]] = {}
+    for tenant, project, cost_center in rows:
+        out.setdefault(tenant, {}).setdefault(project, set()).add(cost_center)
+    return [{"tenant_id": t, "projects": [{"project_id": p, "cost_centers": sorted(c)} for p, c in sorted(ps.items())]}
+            for t, ps in sorted(out.items())]
+
+
+def _gaps(showback: dict, priced: Priced, context: dict) -> list[dict]:
+    platform = showback["platform"]
+    gaps = [{"kind": "unattributed_samples", "reason": r, "count": n}
+            for r, n in sorted(platform["unattributed_samples"].items())]
+    gaps += [{"kind": "unpriced_gpu_hours", "gpu_class": c, "gpu_hours": f"{h:.6f}"}
+             for c, h in sorted(priced.unpriced_gpu_hours.items()) if h]
+    unknown = platform["idle_gpu_hours"]["telemetry_unknown"]
+    if unknown:
+        gaps.append({"kind": "allocated_without_telemetry", "gpu_hours": f"{unknown:.6f}"})
+    if priced.micro_gpu_hours["unreconciled"]:
+        gaps.append({"kind": "physical_without_evidence", "gpu_hours": _hours(priced.micro_gpu_hours["unreconciled"])})
+    if context.get("dead_lettered"):
+        gaps.append({"kind": "dead_lettered_records", "count": context["dead_lettered"]})
+    return gaps
+
+
+def refusals(doc: dict, priced: Priced, policy: ClosePolicy, to_ms: int) -> list[str]:
+    """Why this period may not close yet; empty when it may."""
+    out = []
+    r = doc["reconciliation"]
+    evidence = parse_rfc3339_ms(doc["evidence_to"])
+    if evidence < to_ms:
+        out.append(f"evidence reaches only {doc['evidence_to']}, the period ends {doc['period_end']}: "
+                   "ingest and process the rest of the period, then close")
+    if not doc["ratecard_versions"] or any(ln["charge_class"] == "Regular" and not ln["ratecard_version"]
+                                           for ln in doc["lines"]):
+        out.append("no rate card covers the period: publish ratecards.json with valid_from at or before the period")
+    physical = Decimal(r["physical_gpu_hours"])
+    if physical <= 0:
+        out.append("the inventory has no physical capacity in the period: publish inventory.json")
+        return out
+    for what, value, limit, fix in (
+            ("allocated with no tenant identity", Decimal(r["unattributed_gpu_hours"]), policy.max_unattributed_ratio,
+             "label the namespaces with gpuledger.io/tenant, or raise close_max_unattributed_ratio"),
+            ("of physical capacity not accounted for by evidence (difference)", abs(Decimal(r["difference_gpu_hours"])),
+             policy.max_difference_ratio, "replay the missing evidence, or raise close_max_difference_ratio")):
+        ratio = value / physical
+        if ratio > Decimal(str(limit)):
+            out.append(f"{value:.6f} GPU-hours ({ratio:.2%}) {what}; the policy allows {limit:.2%}: {fix}")
+    unpriced = sum(priced.unpriced_gpu_hours.values())
+    if unpriced > policy.max_unpriced_gpu_hours:
+        classes = ", ".join(sorted(priced.unpriced_gpu_hours))
+        out.append(f"{unpriced:.6f} allocated GPU-hours of {classes} have no rate: add the class to the rate card")
+    if Decimal(r["difference_money"]) != 0:
+        out.append(f"recoverable cost {r['recoverable_cost']} differs from tenant + central + subsidies - credits "
+                   f"by {r['difference_money']}")
+    return out
+
+
+def content_hash(doc: dict) -> str:
+    body = {k: v for k, v in doc.items() if k not in UNHASHED}
+    return "sha256:" + hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _key(ln: Line) -> tuple:
+    return (ln.payer, ln.tenant_id, ln.component, ln.sku_id, ln.unit, ln.rate, ln.ratecard_version, ln.from_ms,
+            ln.to_ms)
+
+
+def corrections(period: str, booked: list[Line], now: list[Line]) -> list[Line]:
+    """Correction lines for a closed ``period``: ``now`` (priced again, rounded) minus
+    ``booked`` (its closed lines plus corrections already booked), per line key."""
+    totals: dict[tuple, list] = {}
+    for sign, lines in ((-1, booked), (1, now)):
+        for ln in lines:
+            t = totals.setdefault(_key(ln), [Decimal(0), Decimal(0), Decimal(0), ln])
+            t[0] += sign * ln.quantity
+            t[1] += sign * ln.amount
+            t[2] += sign * ln.list_amount
+    out = []
+    for quantity, amount, list_amount, ln in totals.values():
+        if amount or quantity:
+            out.append(replace(ln, quantity=quantity, amount=amount, list_amount=list_amount,
+                               charge_class="Correction", corrects_period=period,
+                               description=f"correction to {period}: {ln.description.split(': ', 1)[-1]}"))
+    return sorted(out, key=lambda ln: (ln.payer, ln.tenant_id, ln.component, ln.sku_id, ln.from_ms))

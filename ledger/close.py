@@ -1,0 +1,100 @@
+"""Close a period into the ledger, and find the corrections later evidence makes.
+
+Reads facts through the query port, prices them with the same code as the showback, checks
+the close policy, and appends the document to the ledger port. Closing a closed period
+returns the stored document untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuledger.domain.ledger import ClosePolicy, build_ledger, content_hash, corrections, line_from_doc, refusals
+from gpuledger.domain.pricing import Line, Priced, rounded
+from gpuledger.domain.rows import price_rows
+from gpuledger.domain.showback import build_showback
+from gpuledger.domain.timeutil import month_bounds_ms, parse_rfc3339_ms
+from gpuledger.sinks.base import Checkpoint
+from gpuledger.sinks.ledger_store import LedgerPort
+from gpuledger.sinks.query import QueryPort
+from gpuledger.sinks.showback_sql import read_showback_rows
+
+__all__ = ["CloseResult", "close_period", "pending_corrections", "period_window"]
+
+
+@dataclass(frozen=True)
+class CloseResult:
+    document: dict
+    already_closed: bool
+    reasons: list[str]
+
+
+def period_window(period: str) -> tuple[int, int]:
+    """``YYYY-MM`` -> the calendar month in epoch ms. Raises ValueError."""
+    parts = period.split("-")
+    if len(parts) != 2 or len(parts[0]) != 4 or len(parts[1]) != 2 or not 1 <= int(parts[1]) <= 12:
+        raise ValueError(f"a period is YYYY-MM, got {period!r}")
+    return month_bounds_ms(parse_rfc3339_ms(f"{period}-01T00:00:00Z"))
+
+
+def _priced(reader: QueryPort, period: str) -> tuple[dict, dict, Priced, list[Line]]:
+    from_ms, to_ms = period_window(period)
+    rows = read_showback_rows(reader, from_ms, to_ms)
+    priced = price_rows(rows)
+    return rows, build_showback(rows, priced=priced), priced, rounded(priced.lines)
+
+
+def _booked(closed: list[dict], period: str) -> list[Line]:
+    """What the ledger already holds for a period: its own lines and every correction to it."""
+    out = []
+    for doc in closed:
+        for d in doc["lines"]:
+            if (doc["period"] == period and d["charge_class"] == "Regular") or d["corrects_period"] == period:
+                out.append(line_from_doc(d))
+    return out
+
+
+def pending_corrections(reader: QueryPort, ledger: LedgerPort, before: str | None = None) -> list[Line]:
+    """Correction lines for every closed period (earlier than ``before``), against the facts now."""
+    closed = ledger.closed()
+    out = []
+    for doc in closed:
+        if before is None or doc["period"] < before:
+            out += corrections(doc["period"], _booked(closed, doc["period"]), _priced(reader, doc["period"])[3])
+    return out
+
+
+def _sources(checkpoint: Checkpoint | None) -> tuple[list[dict], int]:
+    if checkpoint is None:
+        return [], 0
+    first = checkpoint.state.get("first_offsets", {})
+    out = []
+    for key, nxt in sorted(checkpoint.offsets.items()):
+        topic, partition = key.rsplit(":", 1)
+        out.append({"topic": topic, "partition": int(partition), "first_offset": first.get(key, nxt),
+                    "last_offset": nxt - 1})
+    return out, int(checkpoint.state.get("dead_lettered", 0))
+
+
+def close_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint | None, period: str,
+                 policy: ClosePolicy, closed_at_ms: int, progress=lambda _: None) -> CloseResult:
+    existing = ledger.get(period)
+    if existing is not None:
+        return CloseResult(existing, True, [])
+    from_ms, to_ms = period_window(period)
+    progress(f"close {period}: pricing the period")
+    rows, showback, priced, lines = _priced(reader, period)
+    progress(f"close {period}: {len(lines)} lines; looking for corrections to closed periods")
+    booked = pending_corrections(reader, ledger, before=period)
+    sources, dead = _sources(checkpoint)
+    versions = sorted({ln.ratecard_version for ln in lines if ln.ratecard_version})
+    doc = build_ledger(period, from_ms, to_ms, showback, priced, lines, booked, {
+        "currency": showback["currency"], "ratecard_versions": versions, "hierarchy": rows.get("hierarchy", ()),
+        "sources": sources, "dead_lettered": dead, "evidence_to_ms": rows["as_of_ms"]})
+    reasons = refusals(doc, priced, policy, to_ms)
+    if reasons:
+        return CloseResult(doc, False, reasons)
+    doc["hash"] = content_hash(doc)
+    ledger.append(period, doc["hash"], closed_at_ms, doc)
+    progress(f"close {period}: closed, {doc['hash']}")
+    return CloseResult(doc, False, [])

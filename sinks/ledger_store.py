@@ -1,0 +1,60 @@
+"""The ledger port: where closed periods are kept, append-only.
+
+``ClickHouseLedger`` keeps them in ``ledger_documents`` (a MergeTree only ever INSERTed);
+``MemoryLedger`` is its in-memory twin. A period's ledger is its first document; the
+close command never writes a second one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import orjson
+
+from gpuledger.sinks.clickhouse import ClickHouseStore
+
+__all__ = ["ClickHouseLedger", "LedgerPort", "MemoryLedger"]
+
+
+class LedgerPort(Protocol):
+    def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None: ...
+    def get(self, period: str) -> dict | None: ...
+    def closed(self) -> list[dict]: ...
+
+
+@dataclass
+class MemoryLedger:
+    rows: list[tuple[str, str, int, bytes]] = field(default_factory=list)
+
+    def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None:
+        self.rows.append((period, digest, closed_at_ms, orjson.dumps(document)))
+
+    def get(self, period: str) -> dict | None:
+        mine = sorted((r for r in self.rows if r[0] == period), key=lambda r: r[2])
+        return orjson.loads(mine[0][3]) if mine else None
+
+    def closed(self) -> list[dict]:
+        first: dict[str, tuple] = {}
+        for r in sorted(self.rows, key=lambda r: r[2]):
+            first.setdefault(r[0], r)
+        return [orjson.loads(first[p][3]) for p in sorted(first)]
+
+
+class ClickHouseLedger:
+    def __init__(self, store: ClickHouseStore) -> None:
+        self.store = store
+
+    def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None:
+        self.store.insert("ledger_documents", [[period, digest, closed_at_ms, orjson.dumps(document).decode()]],
+                           ["period", "hash", "closed_at_ms", "document"])
+
+    def get(self, period: str) -> dict | None:
+        _, rows = self.store.query(f"SELECT document FROM {self.store.db}.ledger_documents WHERE period = %(p)s "
+                                   "ORDER BY closed_at_ms LIMIT 1", {"p": period})
+        return orjson.loads(rows[0][0]) if rows else None
+
+    def closed(self) -> list[dict]:
+        _, rows = self.store.query(f"SELECT argMin(document, closed_at_ms) FROM {self.store.db}.ledger_documents "
+                                   "GROUP BY period ORDER BY period")
+        return [orjson.loads(r[0]) for r in rows]
