@@ -1,13 +1,14 @@
 # Everything installs itself: a virtualenv with the Python deps, and the Kafka 3.9.2 jars
 # from Maven Central into .cache/. Nothing needs to be installed by hand beyond
-# python3 (3.11+), Java 17 and Maven.
+# python3 (3.11+), Java 17 and Maven. The tests also render a statement in Debian's
+# chromium; `make test` installs it with apt-get when it is missing and it may (root).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 KAFKA_LIBS := .cache/kafka-3.9.2/libs
 export GPULEDGER_KAFKA_LIBS ?= $(CURDIR)/$(KAFKA_LIBS)
 
-.PHONY: setup demo test unit integration bench stack-up stack-down kafka-jars clean
+.PHONY: setup demo test unit integration bench stack-up stack-down kafka-jars chromium clean
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -30,13 +31,22 @@ $(KAFKA_LIBS)/.complete: stack/kafka-pom.xml
 demo: setup
 	$(BIN)/gpuledger demo
 
-test: setup
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium (headless statement rendering in the tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "chromium is missing: install Debian's chromium package (apt-get install chromium)"; exit 1; \
+	  fi; }
+
+test: setup chromium
 	$(BIN)/pytest -q -ra
 
 unit: setup
 	$(BIN)/pytest -q -ra tests/unit
 
-integration: setup
+integration: setup chromium
 	$(BIN)/pytest -q -ra tests/integration
 
 bench: setup

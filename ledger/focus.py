@@ -1,0 +1,79 @@
+"""FOCUS 1.2 export of a closed period: one row per ledger line (pure).
+
+Every mandatory FOCUS column, plus ConsumedQuantity, ConsumedUnit, SkuId, Tags and two
+custom ``x_`` columns (the ledger hash and the period a correction corrects). Regular
+lines have a null ChargeClass; corrections have ``Correction``. Central lines (capacity
+nobody was charged for, subsidies, undistributed overhead) bill the central account.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import orjson
+
+__all__ = ["FOCUS_COLUMNS", "focus_csv", "focus_rows"]
+
+FOCUS_COLUMNS = [
+    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodStart",
+    "BillingPeriodEnd", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargePeriodStart", "ChargePeriodEnd",
+    "ContractedCost", "EffectiveCost", "InvoiceIssuerName", "ListCost", "PricingQuantity", "PricingUnit",
+    "ProviderName", "PublisherName", "ServiceCategory", "ServiceName",
+    "ConsumedQuantity", "ConsumedUnit", "SkuId", "Tags", "x_LedgerHash", "x_CorrectsPeriod",
+]
+_UNITS = {"gpu_hour": "GPU-Hours", "million_tokens": "1M Tokens", "share": "Share", "credit": "Credit"}
+_SERVICES = {  # component -> (ServiceCategory, ServiceName)
+    "guaranteed": ("Compute", "GPU capacity (guaranteed)"),
+    "borrowed": ("Compute", "GPU capacity (borrowed)"),
+    "variable": ("AI and Machine Learning", "Inference tokens"),
+    "service_share": ("AI and Machine Learning", "Shared model endpoint"),
+    "overhead": ("Other", "Platform overhead"),
+    "credit": ("Other", "Credit"),
+    "subsidy": ("Compute", "Borrowed-capacity subsidy"),
+}
+
+
+def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
+    projects = {t["tenant_id"]: [p["project_id"] for p in t["projects"]] for t in doc.get("tenant_hierarchy", ())}
+    out = []
+    for ln in doc["lines"]:
+        tenant = ln["tenant_id"] if ln["payer"] == "tenant" else None
+        category = "Credit" if ln["component"] == "credit" else "Usage"
+        service = _SERVICES.get(ln["component"], ("Compute", f"GPU capacity ({ln['component'].replace('_', ' ')})"))
+        consumed = category == "Usage" and ln["unit"] in ("gpu_hour", "million_tokens")
+        tags = {"gpuledger/component": ln["component"], "gpuledger/payer": ln["payer"],
+                "gpuledger/ratecard": ln["ratecard_version"] or ""}
+        if ln["tenant_id"]:
+            tags["gpuledger/tenant"] = ln["tenant_id"]
+            tags["gpuledger/projects"] = ",".join(projects.get(ln["tenant_id"], []))
+        out.append({
+            "BilledCost": ln["amount"],
+            "BillingAccountId": tenant or central_account,
+            "BillingAccountName": f"tenant {tenant}" if tenant else "central platform budget",
+            "BillingCurrency": doc["currency"],
+            "BillingPeriodStart": doc["period_start"], "BillingPeriodEnd": doc["period_end"],
+            "ChargeCategory": category,
+            "ChargeClass": "Correction" if ln["charge_class"] == "Correction" else "",
+            "ChargeDescription": ln["description"],
+            "ChargePeriodStart": ln["charge_period_start"], "ChargePeriodEnd": ln["charge_period_end"],
+            "ContractedCost": ln["amount"], "EffectiveCost": ln["amount"],
+            "InvoiceIssuerName": provider, "ListCost": ln["list_amount"],
+            "PricingQuantity": ln["quantity"], "PricingUnit": _UNITS.get(ln["unit"], ln["unit"]),
+            "ProviderName": provider, "PublisherName": provider,
+            "ServiceCategory": service[0], "ServiceName": service[1],
+            "ConsumedQuantity": ln["quantity"] if consumed else "",
+            "ConsumedUnit": _UNITS[ln["unit"]] if consumed else "",
+            "SkuId": ln["sku_id"],
+            "Tags": orjson.dumps(tags, option=orjson.OPT_SORT_KEYS).decode(),
+            "x_LedgerHash": doc["hash"], "x_CorrectsPeriod": ln["corrects_period"] or "",
+        })
+    return out
+
+
+def focus_csv(doc: dict, provider: str, central_account: str) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=FOCUS_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(focus_rows(doc, provider, central_account))
+    return buf.getvalue()

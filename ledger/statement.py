@@ -1,0 +1,97 @@
+"""A tenant's monthly statement as a printable HTML page (pure): every line with its basis,
+why idle reserved capacity still costs, confidence, and the ledger hash to verify against."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from html import escape
+
+__all__ = ["StatementError", "render_statement"]
+
+
+class StatementError(ValueError):
+    """The ledger has no lines for the tenant."""
+
+
+_CSS = """
+body { font-family: "DejaVu Sans", Arial, sans-serif; margin: 2.5em; color: #1d2330; font-size: 13px; }
+h1 { font-size: 22px; margin-bottom: 0.2em; } h2 { font-size: 15px; margin-top: 2em; }
+.meta { color: #4a5468; } table { border-collapse: collapse; width: 100%; margin-top: 0.8em; }
+th, td { border-bottom: 1px solid #d5dae3; padding: 5px 8px; text-align: left; vertical-align: top; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.total td { font-weight: bold; border-top: 2px solid #1d2330; }
+.hash { font-family: "DejaVu Sans Mono", monospace; font-size: 11px; word-break: break-all; }
+.note { background: #f4f6fa; border-left: 4px solid #5b7bd5; padding: 0.6em 1em; }
+@media print { body { margin: 1cm; } }
+"""
+
+
+def _basis(ln: dict, currency: str) -> str:
+    q, rate = Decimal(ln["quantity"]), ln["rate"]
+    if ln["unit"] == "gpu_hour":
+        return f"{q:,.6f} GPU-hours × {rate} {currency}/GPU-hour"
+    if ln["unit"] == "million_tokens":
+        return f"{q * 1_000_000:,.0f} tokens × {rate} {currency} per million"
+    if ln["unit"] == "share":
+        what = "platform overhead" if ln["component"] == "overhead" else f"endpoint {ln['sku_id']} cost"
+        return f"share {q:.6f} of {rate} {currency} {what}"
+    return escape(ln["description"])
+
+
+def _rows(lines: list[dict], currency: str) -> str:
+    return "\n".join(
+        f"<tr><td>{escape(ln['component'].replace('_', ' '))}</td><td>{escape(ln['sku_id'])}</td>"
+        f"<td>{escape(_basis(ln, currency))}<br><small>{escape(ln['description'])}</small></td>"
+        f"<td class='num'>{escape(ln['amount'])}</td></tr>" for ln in lines)
+
+
+def render_statement(doc: dict, tenant_id: str) -> str:
+    mine = [ln for ln in doc["lines"] if ln["payer"] == "tenant" and ln["tenant_id"] == tenant_id]
+    summary = next((t for t in doc["tenants"] if t["tenant_id"] == tenant_id), None)
+    if not mine or summary is None:
+        raise StatementError(f"the {doc['period']} ledger has no lines for tenant {tenant_id!r}")
+    currency = doc["currency"]
+    regular = [ln for ln in mine if ln["charge_class"] == "Regular"]
+    corrections = [ln for ln in mine if ln["charge_class"] == "Correction"]
+    guaranteed = Decimal(summary.get("guaranteed_gpu_hours", "0"))
+    idle = Decimal(summary.get("idle_allocated_gpu_hours", "0"))
+    allocated = Decimal(summary.get("allocated_gpu_hours", "0"))
+    confidence = summary.get("confidence_gpu_hours", {})
+    conf_rows = "".join(f"<tr><td>{escape(k)}</td><td class='num'>{escape(v)}</td></tr>"
+                        for k, v in confidence.items())
+    corr = ""
+    if corrections:
+        corr = (f"<h2>Corrections to closed periods</h2><p>Evidence that arrived after an earlier period was "
+                f"closed. The closed ledger is never edited; the difference is booked here.</p><table>"
+                f"<tr><th>component</th><th>SKU</th><th>basis</th><th class='num'>amount</th></tr>"
+                f"{_rows(corrections, currency)}</table>")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Statement {escape(tenant_id)} {escape(doc['period'])}</title>
+<style>{_CSS}</style></head><body>
+<h1>GPU statement — tenant {escape(tenant_id)}</h1>
+<p class="meta">Period {escape(doc['period'])} ({escape(doc['period_start'])} to {escape(doc['period_end'])}),
+status {escape(doc['status'])}, rate card {escape(str(doc['ratecard_version']))}, amounts in {escape(currency)}.</p>
+<h2>Charges</h2>
+<table><tr><th>component</th><th>SKU</th><th>basis</th><th class="num">amount</th></tr>
+{_rows(regular, currency)}
+</table>
+{corr}
+<table><tr class="total"><td colspan="3">Total for {escape(doc['period'])}</td>
+<td class="num" id="total">{escape(summary['total'])} {escape(currency)}</td></tr></table>
+<h2>Why idle reserved capacity still costs</h2>
+<p class="note">Of your {allocated:,.3f} allocated GPU-hours, {guaranteed:,.3f} were within your guaranteed quota
+and {idle:,.3f} were idle (held but the devices did no work). Guaranteed capacity is reserved for you whether
+or not it is busy: while you hold it, no other tenant can be promised it, so it is charged at the guaranteed
+rate either way. Borrowed capacity above your quota is charged at the borrowed rate; the platform budget
+funds the difference to the list rate.</p>
+<h2>How sure these numbers are</h2>
+<p>GPU-hours by the confidence of the evidence: <em>high</em> — the device was assigned to your pod or VM;
+<em>medium</em> — a shared device with your own telemetry series; <em>modeled</em> — a time-sliced device
+split evenly among its replicas.</p>
+<table><tr><th>confidence</th><th class="num">GPU-hours</th></tr>{conf_rows}</table>
+<h2>Verification</h2>
+<p>This statement is rendered from the closed ledger with content hash</p>
+<p class="hash" id="hash">{escape(doc['hash'] or '')}</p>
+<p>Replay the period's evidence to rebuild the same ledger and compare the hash.</p>
+</body></html>
+"""

@@ -1,0 +1,153 @@
+"""Acceptance (ledger): a month with known truth closes to the cent; both reconciliation
+identities hold exactly; re-closing is a no-op; a late PodResources snapshot after the close
+becomes correction lines in the next close, and the closed ledger's hash does not change;
+the FOCUS export passes a column-and-type check; the statement renders in headless Chromium.
+
+Truth is in tests/plans.py (``month_plan``): October 2026 at hourly evidence, with node-b's
+snapshots at 301 h and 302 h held back until after October is closed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import subprocess
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import orjson
+import pytest
+
+from captures import split_lines
+from conftest import REPO, Stack
+from gpuledger.demo.cluster import write_capture
+from gpuledger.domain.timeutil import parse_rfc3339_ms
+from gpuledger.ledger.focus import FOCUS_COLUMNS
+from plans import GAP_HOURS, H, MONTH_CREDITS, OCTOBER_RECONCILIATION, OCTOBER_TOTALS, T0, month_plan
+
+pytestmark = pytest.mark.integration
+
+MONTH_ENV = {"GPULEDGER_PODRESOURCES_GRACE_S": "7200", "GPULEDGER_DCGM_SAMPLE_SPAN_S": "3600"}
+ARTIFACTS = REPO / "test-artifacts"
+
+
+def _late(line: dict) -> bool:
+    return line["node"] == "node-b" and parse_rfc3339_ms(line["observed_at"]) in {T0 + h * H for h in GAP_HOURS}
+
+
+@pytest.fixture(scope="module")
+def month(broker, tmp_path_factory):
+    """October closed on the capture without node-b's two late snapshots."""
+    root = tmp_path_factory.mktemp("month")
+    full = write_capture(month_plan(), root / "full")
+    (full / "credits.json").write_bytes(orjson.dumps(MONTH_CREDITS))
+    assert split_lines(full, root / "early", root / "late", "podresources.jsonl", _late) == len(GAP_HOURS)
+    stack = Stack(root / "home", f"t{uuid.uuid4().hex[:10]}", MONTH_ENV)
+    stack.run("ingest", str(root / "early"))
+    stack.run("process", "--until-caught-up")
+    closed = stack.run("close", "--period", "2026-10")
+    return stack, root, orjson.loads(closed.stdout)
+
+
+def test_october_closes_to_the_cent(month):
+    _, _, doc = month
+    assert doc["format"] == "gpuledger-ledger/1" and doc["status"] == "closed" and doc["hash"].startswith("sha256:")
+    assert doc["ratecard_version"] == "2026-10-v1" and doc["currency"] == "USD"
+    assert {t["tenant_id"]: t["total"] for t in doc["tenants"]} == OCTOBER_TOTALS
+    r = doc["reconciliation"]
+    assert {k: r[k] for k in OCTOBER_RECONCILIATION} == OCTOBER_RECONCILIATION
+    d = {k: Decimal(v) for k, v in r.items() if isinstance(v, str)}
+    assert d["physical_gpu_hours"] == (d["allocated_gpu_hours"] + d["unallocated_gpu_hours"]
+                                       + d["unavailable_gpu_hours"] + d["difference_gpu_hours"])
+    assert d["recoverable_cost"] == d["tenant_charges"] + d["central_charges"] + d["subsidies"] - d["credits"]
+    # every line is its basis: quantity x rate, in cents; money is decimal strings, never floats
+    for line in doc["lines"]:
+        if line["unit"] in ("gpu_hour", "million_tokens"):
+            assert Decimal(line["amount"]) == (Decimal(line["quantity"]) * Decimal(line["rate"])).quantize(
+                Decimal("0.01")), line
+    alpha = {(ln["component"], ln["sku_id"]): ln for ln in doc["lines"] if ln["tenant_id"] == "alpha"
+             and ln["payer"] == "tenant"}
+    assert alpha[("guaranteed", "H100-80GB")]["quantity"] == "1488.000000"
+    assert alpha[("borrowed", "H100-80GB")]["amount"] == "1116.00"
+    assert alpha[("credit", "cr-2026-10-alpha-sla")]["amount"] == "-100.00"
+    assert {t["tenant_id"] for t in doc["tenant_hierarchy"]} == {"alpha", "beta", "gamma"}
+    assert any(g["kind"] == "physical_without_evidence" and g["gpu_hours"] == "12.000000" for g in doc["data_gaps"])
+    assert doc["sources"] and all(s["last_offset"] >= s["first_offset"] >= 0 for s in doc["sources"])
+    assert Decimal(doc["confidence_gpu_hours"]["high"]) == Decimal("3126.000000")
+
+
+def test_closing_again_is_a_no_op_that_prints_the_hash(month):
+    stack, _, doc = month
+    again = stack.run("close", "--period", "2026-10")
+    assert again.stdout.strip() == doc["hash"]
+    shown = orjson.loads(stack.run("ledger", "show", "--period", "2026-10").stdout)
+    assert shown == doc
+
+
+def test_focus_export_columns_and_types(month):
+    stack, _, doc = month
+    text = stack.run("export", "focus", "--period", "2026-10").stdout
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert list(rows[0]) == FOCUS_COLUMNS and len(rows) == len(doc["lines"])
+    categories = {"Usage", "Purchase", "Tax", "Credit", "Adjustment"}
+    for row in rows:
+        for money in ("BilledCost", "ContractedCost", "EffectiveCost", "ListCost", "PricingQuantity"):
+            Decimal(row[money])  # a decimal, or this raises
+        for when in ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd"):
+            assert datetime.fromisoformat(row[when].replace("Z", "+00:00")).utcoffset().total_seconds() == 0
+        assert row["BillingPeriodStart"] == "2026-10-01T00:00:00Z" and row["BillingPeriodEnd"] == "2026-11-01T00:00:00Z"
+        assert row["ChargeCategory"] in categories and row["ChargeClass"] in ("", "Correction")
+        assert row["BillingCurrency"] == "USD" and row["SkuId"] and row["ServiceName"] and row["ProviderName"]
+        assert isinstance(orjson.loads(row["Tags"]), dict)
+        assert (row["ConsumedQuantity"] == "") == (row["ConsumedUnit"] == "")
+        if row["ChargeCategory"] != "Usage":
+            assert row["ConsumedQuantity"] == ""
+    billed = {}
+    for row in rows:
+        billed[row["BillingAccountId"]] = billed.get(row["BillingAccountId"], Decimal(0)) + Decimal(row["BilledCost"])
+    assert {t: str(billed[t]) for t in OCTOBER_TOTALS} == OCTOBER_TOTALS
+
+
+def test_statement_renders_in_headless_chromium(month):
+    stack, root, doc = month
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium package is needed: `make setup` installs it (apt-get install chromium)"
+    page = root / "statement-alpha.html"
+    stack.run("statement", "--period", "2026-10", "--tenant", "alpha", "--out", str(page))
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "statement-alpha-2026-10.png"
+    shot.unlink(missing_ok=True)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={root / 'chrome'}"]
+    subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1100,1500", page.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    assert doc["hash"] in dom and "6970.50 USD" in dom and "Why idle reserved capacity still costs" in dom
+    assert "1,488.000000 GPU-hours × 2.50 USD/GPU-hour" in dom
+
+
+def test_late_snapshot_after_close_becomes_corrections(month):
+    stack, root, october = month
+    stack.run("ingest", str(root / "late"))
+    stack.run("process", "--until-caught-up")
+    pending = orjson.loads(stack.run("ledger", "corrections").stdout)
+    assert pending and {ln["corrects_period"] for ln in pending} == {"2026-10"}
+    closed = orjson.loads(stack.run("close", "--period", "2026-11").stdout)
+    corrections = [ln for ln in closed["lines"] if ln["charge_class"] == "Correction"]
+    assert [(c["tenant_id"], c["component"], c["quantity"], c["amount"]) for c in corrections
+            if c["component"] in ("guaranteed", "borrowed", "unreconciled", "unallocated", "subsidy")] == [
+        (None, "unallocated", "6.000000", "15.00"), (None, "unreconciled", "-12.000000", "-30.00"),
+        ("gamma", "subsidy", "3.000000", "3.00"),
+        ("gamma", "borrowed", "3.000000", "4.50"), ("gamma", "guaranteed", "3.000000", "7.50")]
+    assert sum(Decimal(c["amount"]) for c in corrections) == 0  # October's recoverable cost is unchanged
+    assert all(c["corrects_period"] == "2026-10" for c in corrections)
+    assert Decimal(closed["reconciliation"]["corrections"]) == 0
+    # the closed October is untouched: same document, same hash
+    assert orjson.loads(stack.run("ledger", "show", "--period", "2026-10").stdout) == october
+    assert stack.run("close", "--period", "2026-10").stdout.strip() == october["hash"]
+    # and nothing is pending any more
+    assert orjson.loads(stack.run("ledger", "corrections").stdout) == []
