@@ -54,6 +54,7 @@ class Counters:
     watch_events: int = 0
     snapshots: int = 0
     stale_snapshots: int = 0
+    repeated_scrapes: int = 0
     scrapes: int = 0
     samples: int = 0
     samples_attributed: int = 0
@@ -124,9 +125,14 @@ class Attributor:
         return True
 
     def apply_dcgm(self, node: str, exposition: str, observed_at_ms: int, pos: SourcePos) -> dict[str, int]:
-        """Parse a scrape and queue its samples; returns series skipped, by reason."""
-        parsed = parse_exposition(exposition)
+        """Parse a scrape and queue its samples; returns series skipped, by reason. A node's
+        scrapes arrive in order, so one not newer than the last applied is a redelivery
+        (at-least-once upstream) and is dropped, counted."""
         st = self.nodes.setdefault(node, NodeState())
+        if observed_at_ms <= st.dcgm_wm_ms:
+            self.counters.repeated_scrapes += 1
+            return {}
+        parsed = parse_exposition(exposition)
         rows = []
         for s in parsed.samples:
             row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model,
