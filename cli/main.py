@@ -194,7 +194,7 @@ def cmd_ledger(s: Settings, args) -> int:
         print(orjson.dumps(_closed(s, _period(args)), option=orjson.OPT_INDENT_2).decode())
         return 0
     store = _ledger_engine(s)
-    lines = pending_corrections(store, ClickHouseLedger(store))
+    lines = pending_corrections(store, ClickHouseLedger(store).closed())
     print(orjson.dumps([line_doc(ln) for ln in lines], option=orjson.OPT_INDENT_2).decode())
     return 0
 
@@ -222,6 +222,50 @@ def cmd_statement(s: Settings, args) -> int:
     except StatementError as exc:
         raise UsageError(str(exc)) from exc
     return 0
+
+
+def cmd_replay(s: Settings, args) -> int:
+    from gpuledger.replay.run import ReplayError, replay_period
+
+    from gpuledger.sinks.ledger_store import ClickHouseLedger
+
+    period = _period(args)
+    store = _ledger_engine(s)
+    try:
+        result = replay_period(s, store, period, args.into, args.at_close, progress)
+    except ReplayError as exc:
+        raise UsageError(str(exc)) from exc
+    closed = ClickHouseLedger(store).get(period)
+    print(orjson.dumps({"period": period, "into": args.into, "hash": result.document["hash"],
+                        "closed_hash": closed["hash"] if closed else None,
+                        "same_hash": bool(closed) and closed["hash"] == result.document["hash"],
+                        "records": result.records, "dead_lettered": result.dead_lettered,
+                        "seconds": round(result.seconds, 3)}, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def cmd_diff(s: Settings, args) -> int:
+    from gpuledger.replay.diff import diff_ledgers, render_diff
+    from gpuledger.sinks.ledger_store import ClickHouseLedger
+
+    period = _period(args)
+    store = _ledger_engine(s)
+    closed = ClickHouseLedger(store).closed()
+    mine = next((d for d in closed if d["period"] == period), None)
+    if mine is None:
+        raise UsageError(f"{period} is not closed: there is no ledger to compare with")
+    replayed = ClickHouseLedger(store.sibling(args.against)).get(period) if args.against.isidentifier() else None
+    if replayed is None:
+        raise UsageError(f"no replay of {period} in {args.against!r}: run `gpuledger replay --period {period} "
+                         f"--into {args.against}` first")
+    lines = diff_ledgers(closed, period, replayed)
+    same = "same hash" if replayed["hash"] == mine["hash"] else "hashes differ"
+    if not lines:
+        progress(f"diff {period}: the replay equals the ledger plus its corrections ({same})")
+        return 0
+    progress(f"diff {period}: {len(lines)} line(s) differ ({same})")
+    print(orjson.dumps(lines, option=orjson.OPT_INDENT_2).decode() if args.format == "json" else render_diff(lines))
+    return 1
 
 
 def cmd_demo(s: Settings, args) -> int:
@@ -281,6 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     stm.add_argument("--tenant", required=True)
     stm.add_argument("--out", help="file to write (default stdout)")
     stm.set_defaults(func=cmd_statement)
+    rp = sub.add_parser("replay", help="rebuild a period from the source topics into a shadow database")
+    rp.add_argument("--period", required=True, help="YYYY-MM")
+    rp.add_argument("--into", required=True, help="name of the shadow database")
+    rp.add_argument("--at-close", action="store_true", help="stop where the closed ledger's sources stopped")
+    rp.set_defaults(func=cmd_replay)
+    df = sub.add_parser("diff", help="a replay against the closed ledger plus its corrections (exit 1 if different)")
+    df.add_argument("--period", required=True, help="YYYY-MM")
+    df.add_argument("--against", required=True, help="the shadow database a replay wrote")
+    df.add_argument("--format", choices=["table", "json"], default="table")
+    df.set_defaults(func=cmd_diff)
     dm = sub.add_parser("demo", help="stack up, generate a realistic cluster capture, ingest, process, showback")
     dm.add_argument("--out", help="where to write the capture (default HOME/demo-capture)")
     dm.add_argument("--hours", type=int, default=24)

@@ -19,7 +19,7 @@ from gpuledger.sinks.ledger_store import LedgerPort
 from gpuledger.sinks.query import QueryPort
 from gpuledger.sinks.showback_sql import read_showback_rows
 
-__all__ = ["CloseResult", "close_period", "pending_corrections", "period_window"]
+__all__ = ["CloseResult", "booked_for", "build_document", "close_period", "pending_corrections", "period_window"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def _priced(reader: QueryPort, period: str) -> tuple[dict, dict, Priced, list[Li
     return rows, build_showback(rows, priced=priced), priced, rounded(priced.lines)
 
 
-def _booked(closed: list[dict], period: str) -> list[Line]:
+def booked_for(closed: list[dict], period: str) -> list[Line]:
     """What the ledger already holds for a period: its own lines and every correction to it."""
     out = []
     for doc in closed:
@@ -54,13 +54,13 @@ def _booked(closed: list[dict], period: str) -> list[Line]:
     return out
 
 
-def pending_corrections(reader: QueryPort, ledger: LedgerPort, before: str | None = None) -> list[Line]:
-    """Correction lines for every closed period (earlier than ``before``), against the facts now."""
-    closed = ledger.closed()
+def pending_corrections(reader: QueryPort, closed: list[dict], before: str | None = None) -> list[Line]:
+    """Correction lines for every closed period (earlier than ``before``), against the facts
+    now; ``closed``: the ledger's documents."""
     out = []
     for doc in closed:
         if before is None or doc["period"] < before:
-            out += corrections(doc["period"], _booked(closed, doc["period"]), _priced(reader, doc["period"])[3])
+            out += corrections(doc["period"], booked_for(closed, doc["period"]), _priced(reader, doc["period"])[3])
     return out
 
 
@@ -76,22 +76,31 @@ def _sources(checkpoint: Checkpoint | None) -> tuple[list[dict], int]:
     return out, int(checkpoint.state.get("dead_lettered", 0))
 
 
-def close_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint | None, period: str,
-                 policy: ClosePolicy, closed_at_ms: int, progress=lambda _: None) -> CloseResult:
-    existing = ledger.get(period)
-    if existing is not None:
-        return CloseResult(existing, True, [])
+def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint | None, period: str,
+                   progress=lambda _: None) -> tuple[dict, Priced]:
+    """The period's ledger document (without its hash) from the facts ``reader`` sees, with
+    the corrections it books for the closed periods before it."""
     from_ms, to_ms = period_window(period)
-    progress(f"close {period}: pricing the period")
+    progress(f"ledger {period}: pricing the period")
     rows, showback, priced, lines = _priced(reader, period)
-    progress(f"close {period}: {len(lines)} lines; looking for corrections to closed periods")
-    booked = pending_corrections(reader, ledger, before=period)
+    earlier = [d for d in closed if d["period"] < period]
+    progress(f"ledger {period}: {len(lines)} lines; looking for corrections to {len(earlier)} closed period(s)")
+    booked = pending_corrections(reader, earlier)
     sources, dead = _sources(checkpoint)
     versions = sorted({ln.ratecard_version for ln in lines if ln.ratecard_version})
     doc = build_ledger(period, from_ms, to_ms, showback, priced, lines, booked, {
         "currency": showback["currency"], "ratecard_versions": versions, "hierarchy": rows.get("hierarchy", ()),
         "sources": sources, "dead_lettered": dead, "evidence_to_ms": rows["as_of_ms"]})
-    reasons = refusals(doc, priced, policy, to_ms)
+    return doc, priced
+
+
+def close_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint | None, period: str,
+                 policy: ClosePolicy, closed_at_ms: int, progress=lambda _: None) -> CloseResult:
+    existing = ledger.get(period)
+    if existing is not None:
+        return CloseResult(existing, True, [])
+    doc, priced = build_document(reader, ledger.closed(), checkpoint, period, progress)
+    reasons = refusals(doc, priced, policy, period_window(period)[1])
     if reasons:
         return CloseResult(doc, False, reasons)
     doc["hash"] = content_hash(doc)

@@ -36,6 +36,15 @@ class ClickHouseStore:
                 ) from exc
             raise StoreError(f"cannot open ClickHouse at {dsn}: {text.splitlines()[0] if text else exc!r}") from exc
 
+    def sibling(self, database: str) -> "ClickHouseStore":
+        """The same engine and connection, another database (a replay's shadow)."""
+        other = object.__new__(ClickHouseStore)
+        other.dsn, other.db, other.client = self.dsn, database, self.client
+        return other
+
+    def drop_database(self) -> None:
+        self.command(f"DROP DATABASE IF EXISTS {self.db}")
+
     def ensure_schema(self) -> None:
         for stmt in ddl_statements(self.db):
             self.command(stmt)

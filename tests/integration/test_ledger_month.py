@@ -1,7 +1,9 @@
-"""Acceptance (ledger): a month with known truth closes to the cent; both reconciliation
-identities hold exactly; re-closing is a no-op; a late PodResources snapshot after the close
-becomes correction lines in the next close, and the closed ledger's hash does not change;
-the FOCUS export passes a column-and-type check; the statement renders in headless Chromium.
+"""Acceptance (ledger, replay): a month with known truth closes to the cent; both
+reconciliation identities hold exactly; re-closing is a no-op; replaying the closed month
+reproduces its hash; a late PodResources snapshot after the close shows as exactly the
+expected diff lines and becomes correction lines in the next close, and the closed
+ledger's hash does not change; the FOCUS export passes a column-and-type check; the
+statement renders in headless Chromium.
 
 Truth is in tests/plans.py (``month_plan``): October 2026 at hourly evidence, with node-b's
 snapshots at 301 h and 302 h held back until after October is closed.
@@ -46,9 +48,11 @@ def month(broker, tmp_path_factory):
     (full / "credits.json").write_bytes(orjson.dumps(MONTH_CREDITS))
     assert split_lines(full, root / "early", root / "late", "podresources.jsonl", _late) == len(GAP_HOURS)
     stack = Stack(root / "home", f"t{uuid.uuid4().hex[:10]}", MONTH_ENV)
-    stack.run("ingest", str(root / "early"))
-    stack.run("process", "--until-caught-up")
-    closed = stack.run("close", "--period", "2026-10")
+    ingested = stack.run("ingest", str(root / "early")).stdout
+    assert "rejected (dead-lettered) lines: 0" in ingested, ingested
+    processed = stack.run("process", "--until-caught-up").stderr
+    closed = stack.run("close", "--period", "2026-10", check=False)
+    assert closed.returncode == 0, ingested + processed[-3000:] + closed.stderr
     return stack, root, orjson.loads(closed.stdout)
 
 
@@ -130,10 +134,30 @@ def test_statement_renders_in_headless_chromium(month):
     assert "1,488.000000 GPU-hours × 2.50 USD/GPU-hour" in dom
 
 
+def test_replaying_the_closed_month_reproduces_its_hash(month):
+    stack, _, october = month
+    out = orjson.loads(stack.run("replay", "--period", "2026-10", "--into", "replay_oct", "--at-close").stdout)
+    assert out["same_hash"] and out["hash"] == october["hash"] and out["records"] > 5000
+    assert "ETA" in stack.run("replay", "--period", "2026-10", "--into", "replay_oct", "--at-close").stderr
+    same = stack.run("diff", "--period", "2026-10", "--against", "replay_oct", check=False)
+    assert same.returncode == 0 and "same hash" in same.stderr
+
+
 def test_late_snapshot_after_close_becomes_corrections(month):
     stack, root, october = month
     stack.run("ingest", str(root / "late"))
     stack.run("process", "--until-caught-up")
+    # a replay of October now sees the late evidence: exactly the lines it changes differ
+    stack.run("replay", "--period", "2026-10", "--into", "replay_now")
+    differ = stack.run("diff", "--period", "2026-10", "--against", "replay_now", "--format", "json", check=False)
+    assert differ.returncode == 1
+    changed = {(d["tenant_id"], d["component"]): (d["ledger_quantity"], d["replay_quantity"], d["difference"])
+               for d in orjson.loads(differ.stdout) if d["component"] != "overhead"}
+    assert changed == {(None, "unallocated"): ("2790.000000", "2796.000000", "15.00"),
+                       (None, "unreconciled"): ("12.000000", "0.000000", "-30.00"),
+                       ("gamma", "subsidy"): ("297.000000", "300.000000", "3.00"),
+                       ("gamma", "borrowed"): ("297.000000", "300.000000", "4.50"),
+                       ("gamma", "guaranteed"): ("297.000000", "300.000000", "7.50")}
     pending = orjson.loads(stack.run("ledger", "corrections").stdout)
     assert pending and {ln["corrects_period"] for ln in pending} == {"2026-10"}
     closed = orjson.loads(stack.run("close", "--period", "2026-11").stdout)
@@ -149,5 +173,6 @@ def test_late_snapshot_after_close_becomes_corrections(month):
     # the closed October is untouched: same document, same hash
     assert orjson.loads(stack.run("ledger", "show", "--period", "2026-10").stdout) == october
     assert stack.run("close", "--period", "2026-10").stdout.strip() == october["hash"]
-    # and nothing is pending any more
+    # and nothing is pending any more: the ledger plus its corrections equals the replay
     assert orjson.loads(stack.run("ledger", "corrections").stdout) == []
+    assert stack.run("diff", "--period", "2026-10", "--against", "replay_now", check=False).returncode == 0
