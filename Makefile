@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 KAFKA_LIBS := .cache/kafka-3.9.2/libs
 export GPULEDGER_KAFKA_LIBS ?= $(CURDIR)/$(KAFKA_LIBS)
 
-.PHONY: setup demo test unit integration bench stack-up stack-down kafka-jars chromium clean
+.PHONY: setup demo test unit integration faults bench stack-up stack-down kafka-jars chromium clean
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -48,6 +48,9 @@ unit: setup
 
 integration: setup chromium
 	$(BIN)/pytest -q -ra tests/integration
+
+faults: setup
+	$(BIN)/pytest -q -ra tests/faults
 
 bench: setup
 	$(BIN)/python -m gpuledger.bench

@@ -1,0 +1,137 @@
+"""Fault suite: randomized SIGKILLs of the `process` worker and of `ingest`, and a broker
+stop/start while processing. After each trial the fact set equals the undisturbed run's:
+0 lost, 0 duplicated (fact ids are unique by construction of the comparison, and the
+store is checked for duplicate ids). The seed is printed; GPULEDGER_FAULT_SEED replays it.
+
+Every trial gets its own topics and engine on the shared broker. Results: the table at the
+end of the run (tests/faults/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+import uuid
+
+import orjson
+import pytest
+
+from gpuledger.demo.cluster import write_capture
+from plans import expected_allocated_hours, truth_plan
+from gpuledger.streams.topics import Topics
+from gpuledger.streams.worker import read_extents
+from stack_support import BOOTSTRAP, Stack, stop
+
+pytestmark = pytest.mark.integration
+
+SEED = int(os.environ.get("GPULEDGER_FAULT_SEED", str(int(time.time()) % 100_000)))
+RNG = random.Random(SEED)
+WORKER_KILLS = [round(RNG.uniform(0.5, 9.0), 2) for _ in range(12)]  # seconds after the worker starts
+INGEST_KILLS = [round(RNG.uniform(0.05, 0.95), 2) for _ in range(8)]  # share of the records out at the kill
+
+
+@pytest.fixture(scope="module")
+def truth(broker, tmp_path_factory):
+    """A 4-hour capture and its undisturbed fact set (worker kills, broker restart)."""
+    return _undisturbed(tmp_path_factory.mktemp("faults"), 4)
+
+
+@pytest.fixture(scope="module")
+def long_truth(broker, tmp_path_factory):
+    """A day: long enough an ingest to be killed half-way through publishing."""
+    return _undisturbed(tmp_path_factory.mktemp("faults-day"), 24)
+
+
+def _undisturbed(root, hours: int):
+    plan = truth_plan(hours=hours)
+    capture = write_capture(plan, root / "capture")
+    undisturbed = Stack(root / "undisturbed", f"t{uuid.uuid4().hex[:10]}")
+    started = time.monotonic()
+    undisturbed.run("ingest", str(capture))
+    ingest_s = time.monotonic() - started
+    undisturbed.run("process", "--until-caught-up")
+    # the baseline itself is checked against the plan's truth before anything is compared with it
+    doc = orjson.loads(undisturbed.run("showback", "--period", "2026-10", "--format", "json").stdout)
+    assert {t["tenant_id"]: t["allocated_gpu_hours"] for t in doc["tenants"]} == pytest.approx(
+        expected_allocated_hours(plan), abs=1e-6)
+    print(f"fault suite seed {SEED} (GPULEDGER_FAULT_SEED={SEED} replays these trials)")
+    total = sum(high for _, high in read_extents(BOOTSTRAP, _sources(undisturbed.prefix)).values())
+    return root, capture, undisturbed.facts(with_source=False), ingest_s, total
+
+
+def _sources(prefix: str) -> list[str]:
+    return [t.name for t in Topics(prefix, 4).processed()]
+
+
+def _compare(stack: Stack, want: dict) -> dict:
+    got = stack.facts(with_source=False)  # also asserts no fact id is stored twice
+    lost = sum(len(set(want[t]) - set(got[t])) for t in want)
+    extra = sum(len(set(got[t]) - set(want[t])) for t in want)
+    return {"facts": sum(len(v) for v in got.values()), "lost": lost, "duplicated": extra}
+
+
+@pytest.mark.parametrize("delay_s", WORKER_KILLS, ids=[f"worker-kill-{i}" for i in range(len(WORKER_KILLS))])
+def test_sigkill_of_the_worker(truth, record_trial, delay_s):
+    root, capture, want, _, _ = truth
+    started = time.monotonic()
+    stack = Stack(root / f"w{uuid.uuid4().hex[:6]}", f"t{uuid.uuid4().hex[:10]}")
+    stack.run("ingest", str(capture))
+    worker = stack.start("process")
+    time.sleep(delay_s)
+    stop(worker, signal.SIGKILL)
+    done = stack.run("process", "--until-caught-up")
+    outcome = "resumed at checkpoint" if "resuming at checkpoint" in done.stderr else "restarted from the start"
+    result = _compare(stack, want)
+    record_trial(trial=f"worker-kill (seed {SEED})", fault="SIGKILL process", at=f"{delay_s}s", outcome=outcome,
+                 seconds=round(time.monotonic() - started, 1), **result)
+    assert (result["lost"], result["duplicated"]) == (0, 0)
+
+
+@pytest.mark.parametrize("share", INGEST_KILLS, ids=[f"ingest-kill-{i}" for i in range(len(INGEST_KILLS))])
+def test_sigkill_of_ingest(long_truth, record_trial, share):
+    root, capture, want, _, total = long_truth
+    started = time.monotonic()
+    stack = Stack(root / f"i{uuid.uuid4().hex[:6]}", f"t{uuid.uuid4().hex[:10]}")
+    stack.run("stack", "up")  # topics exist before the kill, as in production
+    names = _sources(stack.prefix)
+    ingest = stack.start("ingest", str(capture))
+    while ingest.poll() is None and sum(h for _, h in read_extents(BOOTSTRAP, names).values()) < share * total:
+        time.sleep(0.02)
+    stop(ingest, signal.SIGKILL)
+    out = sum(high for _, high in read_extents(BOOTSTRAP, names).values())
+    outcome = f"killed with {out} of {total} records out" if out < total else "had published everything"
+    delay_s = round(time.monotonic() - started, 2)
+    stack.run("ingest", str(capture))  # the operator runs it again: records published twice
+    stack.run("process", "--until-caught-up")
+    result = _compare(stack, want)
+    record_trial(trial=f"ingest-kill (seed {SEED})", fault="SIGKILL ingest, re-run", at=f"{share:.0%} of records",
+                 outcome=outcome, seconds=round(time.monotonic() - started, 1), **result)
+    assert (result["lost"], result["duplicated"]) == (0, 0)
+
+
+def test_broker_stop_and_start_while_processing(truth, broker, record_trial):
+    root, capture, want, _, _ = truth
+    assert broker.owned, "the fault suite stops and starts the broker it started: stop the one at the test port"
+    started = time.monotonic()
+    stack = Stack(root / "broker-restart", f"t{uuid.uuid4().hex[:10]}")
+    stack.run("ingest", str(capture))
+    worker = stack.start("process", "--until-caught-up")
+    time.sleep(4)
+    broker.down()
+    time.sleep(5)
+    broker.up(progress=lambda _: None)
+    try:
+        worker.wait(90)
+        outcome = f"worker exited {worker.returncode} by itself"
+    except Exception:  # noqa: BLE001 — still waiting on the broker: stop it and run again
+        stop(worker, signal.SIGKILL)
+        outcome = "worker stuck; killed"
+    if worker.returncode != 0:
+        stack.run("process", "--until-caught-up")
+        outcome += ", then re-run"
+    result = _compare(stack, want)
+    record_trial(trial="broker restart", fault="broker stop 5 s, start", at="4s", outcome=outcome,
+                 seconds=round(time.monotonic() - started, 1), **result)
+    assert (result["lost"], result["duplicated"]) == (0, 0)

@@ -1,0 +1,115 @@
+"""Fixtures for tests on the real Kafka broker (started once per session, or reused) and
+the real ClickHouse engine (chdb on disk, one directory per test). Each test gets its own
+topic prefix, so tests share the broker without sharing data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.stack import KafkaBroker
+
+REPO = Path(__file__).resolve().parents[1]
+BOOTSTRAP = os.environ.get("GPULEDGER_TEST_BOOTSTRAP", "127.0.0.1:19092")
+LIBS = Path(os.environ.get("GPULEDGER_KAFKA_LIBS", REPO / ".cache/kafka-3.9.2/libs"))
+GPULEDGER = [sys.executable, "-m", "gpuledger.cli.main"]
+
+
+@pytest.fixture(scope="session")
+def broker():
+    b = KafkaBroker(REPO / ".gpuledger" / "test-broker", BOOTSTRAP, LIBS)
+    started = b.status().pid is None and not b.reachable(1.0)
+    if started:
+        shutil.rmtree(b.dir, ignore_errors=True)  # each session starts from an empty broker, as CI does
+        b.up(progress=lambda m: print(m, file=sys.stderr))
+    b.owned = started or b.status().pid is not None  # the fault suite may stop and start it
+    yield b
+    if started:
+        b.down()
+
+
+@dataclass
+class Stack:
+    """One isolated gpuledger deployment on the shared broker."""
+
+    home: Path
+    prefix: str
+    extra_env: dict = field(default_factory=dict)
+
+    @property
+    def dsn(self) -> str:
+        return f"chdb://{self.home / 'clickhouse'}"
+
+    def env(self) -> dict:
+        return {**os.environ, "GPULEDGER_HOME": str(self.home), "GPULEDGER_KAFKA_BOOTSTRAP": BOOTSTRAP,
+                "GPULEDGER_TOPIC_PREFIX": self.prefix, "GPULEDGER_KAFKA_LIBS": str(LIBS),
+                "GPULEDGER_CLICKHOUSE_DSN": self.dsn, "GPULEDGER_BATCH_MAX_RECORDS": "500", **self.extra_env}
+
+    def run(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([*GPULEDGER, *args], env=self.env(), capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"gpuledger {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}")
+        return done
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([*GPULEDGER, *args], env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    def showback_of(self, capture: Path, from_iso: str, to_iso: str) -> dict:
+        """Ingest a capture, process it until caught up, and read the showback document."""
+        self.run("ingest", str(capture))
+        self.run("process", "--until-caught-up")
+        return orjson.loads(self.run("showback", "--from", from_iso, "--to", to_iso, "--format", "json").stdout)
+
+    def facts(self, with_source: bool = True) -> dict[str, list[tuple]]:
+        """Every fact row (all columns, deduplicated), sorted: the fact set to compare.
+        Without the source position columns when evidence reached Kafka in another order."""
+        store = ClickHouseStore(self.dsn)
+        try:
+            out = {}
+            for table in ("capacity_facts", "utilization_facts"):
+                # topic names carry each stack's prefix: compare them without it
+                cols = (f"* REPLACE (replaceOne(src_topic, '{self.prefix}.', '') AS src_topic)" if with_source
+                        else "* EXCEPT (src_topic, src_partition, src_offset)")
+                _, rows = store.query(f"SELECT {cols} FROM gpuledger.{table} FINAL ORDER BY fact_id")
+                out[table] = rows
+                _, dup = store.query(f"SELECT count() - uniqExact(fact_id) FROM gpuledger.{table} FINAL")
+                assert dup[0][0] == 0
+            return out
+        finally:
+            store.close()
+
+
+@pytest.fixture
+def stack(broker, tmp_path) -> Stack:
+    return Stack(tmp_path / "home", f"t{uuid.uuid4().hex[:10]}")
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
