@@ -227,9 +227,15 @@ class _Ingest:
 
     def watch(self) -> None:
         spec, last_ms = self.topics.k8s, None
-        for _, line in self.lines("k8s-watch.jsonl", _WatchLine):
+        for number, line in self.lines("k8s-watch.jsonl", _WatchLine):
             ts = parse_rfc3339_ms(line.observed_at)
             last_ms = ts if last_ms is None else max(last_ms, ts)
+            meta = (line.event.get("object") or {}).get("metadata") or {}
+            if line.event["type"] not in ("BOOKMARK", "ERROR") and not meta.get("uid"):
+                # nothing to key it by, and nothing the fold could attribute it to
+                self.reject(f"k8s-watch.jsonl:{number}", f"{line.event['type']} event without metadata.uid",
+                            orjson.dumps(line.event))
+                continue
             self._watch_event(spec, line.event, ts)
         if last_ms is not None:
             self._watch_event(spec, {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {
@@ -242,7 +248,7 @@ class _Ingest:
                   "uid": str(meta.get("uid") or ""), "namespace": str(meta.get("namespace") or ""),
                   "name": str(meta.get("name") or ""), "resource_version": str(meta.get("resourceVersion") or ""),
                   "object_json": orjson.dumps(obj).decode()}
-        if event["type"] in ("BOOKMARK", "ERROR") or not record["uid"]:
+        if event["type"] in ("BOOKMARK", "ERROR"):
             for p in range(self.pub.partitions(spec.name)):
                 self.emit(spec, "watch-marker", dict(record), ts, partition=p)
         else:
