@@ -1,5 +1,7 @@
 """``make bench``: device-samples/s through the attribution path, next to a raw
-confluent-kafka consume + Avro decode loop over the same DCGM topic, in one run.
+confluent-kafka consume + Avro decode loop over the same DCGM topic, and the replay of the
+capture's month into a shadow database (read, attribute, write, build the ledger document),
+in one run.
 
 Both read the same records from the real broker. The attribution path is the real
 ``gpuledger process --until-caught-up`` (faust worker, parsing, as-of join, ClickHouse
@@ -78,6 +80,12 @@ def main() -> int:
     samples = store.query("SELECT count() FROM gpuledger.utilization_facts FINAL")[1][0][0]
     store.close()
 
+    log("bench: replay (gpuledger replay --period 2026-10 --into bench_replay)")
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "gpuledger.cli.main", "replay", "--period", "2026-10",
+                    "--into", "bench_replay"], env=env, check=True, stdout=subprocess.DEVNULL)
+    replay_s = time.perf_counter() - started
+
     log("bench: raw confluent-kafka consume + Avro decode of the same topic")
     raw_s = raw_consume(s.kafka_bootstrap, topics.dcgm.name, topics.dcgm.partitions, records)
     result = {
@@ -86,11 +94,12 @@ def main() -> int:
         "attribution_s": round(path_s, 2), "attribution_samples_per_s": round(samples / path_s),
         "raw_s": round(raw_s, 2), "raw_samples_per_s": round(samples / raw_s),
         "ratio_raw_over_attribution": round((samples / raw_s) / (samples / path_s), 1),
+        "replay_s": round(replay_s, 2), "replay_samples_per_s": round(samples / replay_s),
     }
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     print(f"| {result['hours']} h, {result['gpus']} GPUs | {samples} | {result['attribution_s']} s | "
           f"{result['attribution_samples_per_s']} | {result['raw_s']} s | {result['raw_samples_per_s']} | "
-          f"{result['ratio_raw_over_attribution']}x |")
+          f"{result['ratio_raw_over_attribution']}x | {result['replay_s']} s | {result['replay_samples_per_s']} |")
     return 0
 
 

@@ -47,7 +47,7 @@ def period_bounds(period: str) -> tuple[int, int]:
 # -- commands -------------------------------------------------------------------------
 def cmd_stack(s: Settings, args) -> int:
     from gpuledger.stack import KafkaBroker
-    from gpuledger.streams.topics import Topics, ensure_topics
+    from gpuledger.streams.topics import ensure_topics, topics_for
 
     broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts)
     if args.action == "down":
@@ -59,7 +59,7 @@ def cmd_stack(s: Settings, args) -> int:
         print(orjson.dumps({"kafka": vars(st), "clickhouse_dsn": s.effective_dsn()}, option=orjson.OPT_INDENT_2).decode())
         return 0 if st.reachable else 1
     st = broker.up(progress=progress)
-    created = ensure_topics(s.kafka_bootstrap, Topics(s.topic_prefix, s.source_partitions))
+    created = ensure_topics(s.kafka_bootstrap, topics_for(s))
     if created:
         progress(f"kafka: created topics {', '.join(created)}")
     from gpuledger.sinks.query import open_reader
@@ -72,9 +72,9 @@ def cmd_stack(s: Settings, args) -> int:
 def cmd_ingest(s: Settings, args) -> int:
     from gpuledger.producers.capture import ingest_capture
     from gpuledger.producers.kafka import KafkaPublisher
-    from gpuledger.streams.topics import Topics, ensure_topics
+    from gpuledger.streams.topics import ensure_topics, topics_for
 
-    topics = Topics(s.topic_prefix, s.source_partitions)
+    topics = topics_for(s)
     ensure_topics(s.kafka_bootstrap, topics)
     summary = ingest_capture(Path(args.dir), KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms, progress)
     print(summary.render())
@@ -85,9 +85,9 @@ def cmd_load(s: Settings, args) -> int:
     from gpuledger.domain.timeutil import format_rfc3339
     from gpuledger.producers.capture import load_reference
     from gpuledger.producers.kafka import KafkaPublisher
-    from gpuledger.streams.topics import Topics, ensure_topics
+    from gpuledger.streams.topics import ensure_topics, topics_for
 
-    topics = Topics(s.topic_prefix, s.source_partitions)
+    topics = topics_for(s)
     ensure_topics(s.kafka_bootstrap, topics)
     ts = load_reference(Path(args.file), args.kind, args.cluster, KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms)
     progress(f"load: {args.kind} for cluster {args.cluster} published (effective from {format_rfc3339(ts)}); "

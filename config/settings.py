@@ -25,6 +25,8 @@ class Settings(BaseSettings):
     kafka_heap_opts: str = Field("-Xms256m -Xmx768m", description="JVM heap flags of the local broker.")
     topic_prefix: str = Field("gpuledger", description="Prefix of every topic name; two stacks on one broker differ here.")
     source_partitions: int = Field(4, ge=1, description="Partitions of each source topic (keyed by durable id).")
+    audit_retention_days: int = Field(
+        400, ge=1, description="How long source and dead-letter topics keep evidence (set when topics are created).")
     podresources_grace_s: float = Field(
         120.0, ge=0, description="How far a node's PodResources may lag the other nodes before its samples are judged without it."
     )

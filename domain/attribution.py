@@ -128,11 +128,11 @@ class Attributor:
         """Parse a scrape and queue its samples; returns series skipped, by reason. A node's
         scrapes arrive in order, so one not newer than the last applied is a redelivery
         (at-least-once upstream) and is dropped, counted."""
+        parsed = parse_exposition(exposition)  # first: a malformed scrape is refused even when repeated
         st = self.nodes.setdefault(node, NodeState())
         if observed_at_ms <= st.dcgm_wm_ms:
             self.counters.repeated_scrapes += 1
             return {}
-        parsed = parse_exposition(exposition)
         rows = []
         for s in parsed.samples:
             row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model,

@@ -25,7 +25,7 @@ from gpuledger.domain.ledger import content_hash
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.ledger_store import ClickHouseLedger
 from gpuledger.streams.processor import PROCESSOR_NAME, Processor
-from gpuledger.streams.topics import Topics
+from gpuledger.streams.topics import Topics, topics_for
 from gpuledger.streams.worker import read_extents
 
 __all__ = ["ReplayError", "ReplayResult", "replay_period"]
@@ -60,7 +60,7 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
     """``main``: the live database, whose ledger the replay is checked against."""
     if not _NAME.match(into) or into == "gpuledger" or into.startswith("system"):
         raise ReplayError(f"--into {into!r}: a database name ([A-Za-z_][A-Za-z0-9_]*), not the live one")
-    topics = Topics(settings.topic_prefix, settings.source_partitions)
+    topics = topics_for(settings)
     closed_docs = ClickHouseLedger(main).closed()
     closed = next((d for d in closed_docs if d["period"] == period), None)
     extents = _stops(settings, topics, closed, at_close)

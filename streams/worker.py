@@ -33,7 +33,7 @@ from gpuledger.producers.kafka import KafkaPublisher
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.stack.kafka import free_port
 from gpuledger.streams.processor import Processor
-from gpuledger.streams.topics import Topics, ensure_topics
+from gpuledger.streams.topics import ensure_topics, topics_for
 
 __all__ = ["read_extents", "run_process"]
 
@@ -108,7 +108,7 @@ def _align_group_offsets(bootstrap: str, group: str, restored: dict[str, int],
 
 def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[str], None],
                 wall_ms: Callable[[], int]) -> int:
-    topics = Topics(settings.topic_prefix, settings.source_partitions)
+    topics = topics_for(settings)
     ensure_topics(settings.kafka_bootstrap, topics)
     store = ClickHouseStore(settings.effective_dsn())
     store.ensure_schema()
