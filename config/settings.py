@@ -41,6 +41,8 @@ class Settings(BaseSettings):
         0.01, ge=0, description="Close refuses when physical capacity not accounted for by evidence exceeds this share.")
     close_max_unpriced_gpu_hours: float = Field(
         0.0, ge=0, description="Close refuses when more allocated GPU-hours than this have no rate.")
+    failpoint_store_outage: tuple[float, float] | None = Field(
+        None, description="Fault suite only: refuse store writes from AFTER_S after start for FOR_S seconds.")
     provider_name: str = Field("GPU platform", description="FOCUS ProviderName, PublisherName and InvoiceIssuerName.")
     central_account: str = Field("platform-central", description="FOCUS BillingAccountId of the central budget.")
 

@@ -63,6 +63,7 @@ class Processor:
         self.dead_lettered = 0
         self._inventories: list[tuple[str, dict, int]] = []
         self._references: list[tuple[str, str, int, str]] = []
+        self._unwritten = FactBatch()
 
     # -- start -------------------------------------------------------------------
     def restore(self) -> dict[str, int]:
@@ -144,7 +145,7 @@ class Processor:
     def flush(self, checkpoint: bool = True) -> FlushResult:
         k8s_wm, pr_wm = self.watermark(self.topics.k8s.name), self.watermark(self.topics.podresources.name)
         vgpu_wm = self.watermark(self.topics.vgpu.name)
-        batch = FactBatch()
+        batch = self._unwritten  # facts a failed write left behind go first: the attributors drained them
         for cluster in sorted(self.attributors):
             att = self.attributors[cluster]
             att.advance(k8s_wm, pr_wm, vgpu_wm)
@@ -156,7 +157,8 @@ class Processor:
         self._inventories.clear()
         self._references.clear()
         self.dead_letter_flush()
-        self.store.write_facts(batch)  # 1. facts (and dead letters, above)
+        self.store.write_facts(batch)  # 1. facts (and dead letters, above); on a StoreError they stay for the retry
+        self._unwritten = FactBatch()
         pending = sum(a.pending_samples() for a in self.attributors.values())
         result = FlushResult(len(batch.capacity), len(batch.utilization), len(batch.requests), pending)
         if not checkpoint:

@@ -30,7 +30,9 @@ from faust.web import Request, Response, View
 from gpuledger.config import Settings
 from gpuledger.producers.dead_letter import DeadLetters
 from gpuledger.producers.kafka import KafkaPublisher
+from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.sinks.failpoint import OutageStore
 from gpuledger.stack.kafka import free_port
 from gpuledger.streams.processor import Processor
 from gpuledger.streams.topics import ensure_topics, topics_for
@@ -112,6 +114,8 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
     ensure_topics(settings.kafka_bootstrap, topics)
     store = ClickHouseStore(settings.effective_dsn())
     store.ensure_schema()
+    if settings.failpoint_store_outage:  # fault injection for the fault suite: writes refused for a while
+        store = OutageStore(store, *settings.failpoint_store_outage, time.monotonic)
     publisher = KafkaPublisher(settings.kafka_bootstrap)
     dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
     proc = Processor(topics, store, dead.send, dead.flush, int(settings.dcgm_sample_span_s * 1000),
@@ -153,10 +157,24 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
             stopping.set()
             await worker_box[0].stop()
 
-    def apply_flush(final: bool = False) -> None:
+    async def apply_flush(final: bool = False) -> None:
+        """Write, then checkpoint; while the store refuses, wait and try again (the batch is
+        not acknowledged meanwhile, and the facts a failed write drained are kept)."""
         now = time.monotonic()
         checkpoint = final or now - stats["checkpointed"] >= settings.checkpoint_interval_s
-        result = proc.flush(checkpoint)
+        backoff, down_since = 0.5, None
+        while True:
+            try:
+                result = proc.flush(checkpoint)
+                break
+            except StoreError as exc:
+                down_since = down_since or time.monotonic()
+                progress(f"process: ClickHouse unavailable for {time.monotonic() - down_since:.0f}s ({exc}); "
+                         f"retrying in {backoff:.1f}s")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+        if down_since is not None:
+            progress(f"process: ClickHouse back after {time.monotonic() - down_since:.0f}s; nothing lost")
         if checkpoint:
             stats["checkpointed"] = now
         stats["capacity"] += result.capacity_facts
@@ -171,14 +189,14 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                 m = ev.message
                 proc.handle(m.topic, m.partition, m.offset, m.value)
             stats["records"] += len(events)
-            apply_flush()  # facts, then checkpoint; faust acks this batch only after we return
+            await apply_flush()  # facts, then checkpoint; faust acks this batch only after we return
 
     @app.timer(1.0)
     async def housekeeping() -> None:
         if stopping.is_set():
             return
         if until_caught_up and proc.caught_up(highs):
-            apply_flush(final=True)
+            await apply_flush(final=True)
             report(0, force=True)
             progress("process: caught up")
             await stop()

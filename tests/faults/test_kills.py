@@ -135,3 +135,22 @@ def test_broker_stop_and_start_while_processing(truth, broker, record_trial):
     record_trial(trial="broker restart", fault="broker stop 5 s, start", at="4s", outcome=outcome,
                  seconds=round(time.monotonic() - started, 1), **result)
     assert (result["lost"], result["duplicated"]) == (0, 0)
+
+
+def test_clickhouse_unavailable_for_a_minute(long_truth, record_trial):
+    """The embedded engine cannot be taken from the worker that owns it, so its writes are
+    refused at the store port (sinks/failpoint.py) for 60 s, from 5 s after start (mid-run
+    on the day's capture)."""
+    root, capture, want, _, _ = long_truth
+    started = time.monotonic()
+    stack = Stack(root / "clickhouse-outage", f"t{uuid.uuid4().hex[:10]}",
+                  {"GPULEDGER_FAILPOINT_STORE_OUTAGE": "[5, 60]"})
+    stack.run("ingest", str(capture))
+    done = stack.run("process", "--until-caught-up", timeout=400)
+    assert "ClickHouse unavailable" in done.stderr and "nothing lost" in done.stderr
+    back = [line for line in done.stderr.splitlines() if "ClickHouse back after" in line]
+    result = _compare(stack, want)
+    record_trial(trial="clickhouse outage", fault="store writes refused 60 s", at="5s",
+                 outcome=back[0].removeprefix("process: ") if back else "?",
+                 seconds=round(time.monotonic() - started, 1), **result)
+    assert (result["lost"], result["duplicated"]) == (0, 0)
