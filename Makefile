@@ -1,7 +1,7 @@
 # Everything installs itself: a virtualenv with the Python deps, and the Kafka 3.9.2 jars
 # from Maven Central into .cache/. Nothing needs to be installed by hand beyond
 # python3 (3.11+), Java 17 and Maven. The tests also render a statement in Debian's
-# chromium; `make test` installs it with apt-get when it is missing and it may (root).
+# chromium; `make test` installs it with apt-get when it is missing (as root, or with sudo).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -33,9 +33,10 @@ demo: setup
 
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
-	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo -n"; \
+	  if command -v apt-get >/dev/null && { [ -z "$$sudo" ] || sudo -n true 2>/dev/null; }; then \
 	    echo "installing Debian's chromium (headless statement rendering in the tests)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else \
 	    echo "chromium is missing: install Debian's chromium package (apt-get install chromium)"; exit 1; \
 	  fi; }
