@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 __all__ = ["KafkaPublisher", "PublishError"]
 
@@ -15,9 +15,17 @@ class PublishError(RuntimeError):
 
 class KafkaPublisher:
     """Idempotent (no duplicates on retry), acks=all, murmur2 partitioning like Java clients,
-    so records keyed by node land in the same partition number on every source topic."""
+    so records keyed by node land in the same partition number on every source topic.
 
-    def __init__(self, bootstrap: str) -> None:
+    ``flush`` also checks that the broker holds what it acknowledged: each partition's end
+    offset must have grown by at least the records delivered there since the publisher first
+    wrote to the topic. A shortfall is an error naming the partition (publishing again is
+    harmless: the processor takes repeated records once)."""
+
+    def __init__(self, bootstrap: str, verify: bool = True) -> None:
+        self._bootstrap, self._verify = bootstrap, verify
+        self._ends_before: dict[str, dict[int, int]] = {}  # topic -> partition -> end offset at first use
+        self._delivered: dict[tuple[str, int], int] = {}
         self._producer = Producer({
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
@@ -36,8 +44,29 @@ class KafkaPublisher:
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
             self._errors.append(f"{msg.topic()}: {err}")
+        else:
+            key = (msg.topic(), msg.partition())
+            self._delivered[key] = self._delivered.get(key, 0) + 1
+
+    def _end_offsets(self, topic: str) -> dict[int, int]:
+        consumer = Consumer({"bootstrap.servers": self._bootstrap, "group.id": "gpuledger-publisher-check",
+                             "enable.auto.commit": False, "log_level": 3})
+        deadline = time.monotonic() + 30
+        try:
+            while True:
+                try:
+                    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                            for p in range(self.partitions(topic))}
+                except KafkaException as exc:  # e.g. a partition without a leader for a moment
+                    if time.monotonic() > deadline:
+                        raise PublishError(f"cannot read the end offsets of {topic}: {exc.args[0].str()}") from exc
+                    time.sleep(0.2)
+        finally:
+            consumer.close()
 
     def publish(self, topic: str, key: bytes, value: bytes, timestamp_ms: int, partition: int | None = None) -> None:
+        if self._verify and topic not in self._ends_before:
+            self._ends_before[topic] = self._end_offsets(topic)
         kwargs = {"key": key, "value": value, "timestamp": timestamp_ms, "on_delivery": self._on_delivery}
         if partition is not None:
             if not 0 <= partition < self.partitions(topic):
@@ -74,3 +103,18 @@ class KafkaPublisher:
         if self._errors:
             errors, self._errors = self._errors, []
             raise PublishError(f"{len(errors)} records failed, first: {errors[0]}")
+        if self._verify:
+            self._check_held()
+
+    def _check_held(self) -> None:
+        for topic, before in self._ends_before.items():
+            delivered = {p: self._delivered.pop((topic, p), 0) for p in before}
+            if not any(delivered.values()):
+                continue
+            after = self._end_offsets(topic)
+            for p, start in before.items():
+                short = delivered[p] - (after[p] - start)
+                if short > 0:
+                    raise PublishError(f"{topic} partition {p} holds {short} fewer records than the broker "
+                                       "acknowledged: publish again (repeated records are taken once)")
+            self._ends_before[topic] = after
