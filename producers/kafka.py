@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
+
+from gpuledger.streams.topics import read_extents
 
 __all__ = ["KafkaPublisher", "PublishError"]
 
@@ -49,20 +51,11 @@ class KafkaPublisher:
             self._delivered[key] = self._delivered.get(key, 0) + 1
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
-        consumer = Consumer({"bootstrap.servers": self._bootstrap, "group.id": "gpuledger-publisher-check",
-                             "enable.auto.commit": False, "log_level": 3})
-        deadline = time.monotonic() + 30
         try:
-            while True:
-                try:
-                    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                            for p in range(self.partitions(topic))}
-                except KafkaException as exc:  # e.g. a partition without a leader for a moment
-                    if time.monotonic() > deadline:
-                        raise PublishError(f"cannot read the end offsets of {topic}: {exc.args[0].str()}") from exc
-                    time.sleep(0.2)
-        finally:
-            consumer.close()
+            extents = read_extents(self._bootstrap, [topic])
+        except KafkaException as exc:
+            raise PublishError(f"cannot read the end offsets of {topic}: {exc.args[0].str()}") from exc
+        return {int(key.rsplit(":", 1)[1]): high for key, (_, high) in extents.items()}
 
     def publish(self, topic: str, key: bytes, value: bytes, timestamp_ms: int, partition: int | None = None) -> None:
         if self._verify and topic not in self._ends_before:

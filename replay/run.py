@@ -25,10 +25,9 @@ from gpuledger.domain.ledger import content_hash
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.ledger_store import ClickHouseLedger
 from gpuledger.streams.processor import PROCESSOR_NAME, Processor
-from gpuledger.streams.topics import Topics, topics_for
-from gpuledger.streams.worker import read_extents
+from gpuledger.streams.topics import Topics, read_extents, topics_for
 
-__all__ = ["ReplayError", "ReplayResult", "replay_period"]
+__all__ = ["ReplayError", "ReplayResult", "check_shadow_name", "replay_period"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -45,6 +44,12 @@ class ReplayResult:
     seconds: float
 
 
+def check_shadow_name(name: str) -> None:
+    """A replay's shadow database: a plain database name, never the live one or a system one."""
+    if not _NAME.match(name) or name == "gpuledger" or name.lower().startswith("system"):
+        raise ReplayError(f"{name!r}: a database name ([A-Za-z_][A-Za-z0-9_]*), not the live one")
+
+
 def _stops(settings: Settings, topics: Topics, closed: dict | None, at_close: bool) -> dict[str, tuple[int, int]]:
     extents = read_extents(settings.kafka_bootstrap, [t.name for t in topics.processed()])
     if not at_close:
@@ -58,8 +63,7 @@ def _stops(settings: Settings, topics: Topics, closed: dict | None, at_close: bo
 def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: str, at_close: bool,
                   progress: Callable[[str], None], monotonic: Callable[[], float] = time.monotonic) -> ReplayResult:
     """``main``: the live database, whose ledger the replay is checked against."""
-    if not _NAME.match(into) or into == "gpuledger" or into.startswith("system"):
-        raise ReplayError(f"--into {into!r}: a database name ([A-Za-z_][A-Za-z0-9_]*), not the live one")
+    check_shadow_name(into)
     topics = topics_for(settings)
     closed_docs = ClickHouseLedger(main).closed()
     closed = next((d for d in closed_docs if d["period"] == period), None)

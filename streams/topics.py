@@ -16,9 +16,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-__all__ = ["TopicSpec", "Topics", "ensure_topics", "topics_for"]
+__all__ = ["TopicSpec", "Topics", "ensure_topics", "read_extents", "topics_for"]
 
 AUDIT_RETENTION_DAYS = 400  # 13 months: a closed year plus a dispute window
 
@@ -93,3 +94,23 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout_s: float) ->
 def topics_for(settings) -> Topics:
     """The deployment's topics as its settings name them."""
     return Topics(settings.topic_prefix, settings.source_partitions, settings.audit_retention_days)
+
+
+def read_extents(bootstrap: str, topic_names: list[str], retry_s: float = 30.0) -> dict[str, tuple[int, int]]:
+    """Low and high offsets of every partition of the topics ("topic:partition" -> (low, high));
+    retried for a while when a partition has no leader for a moment."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gpuledger-extents", "enable.auto.commit": False,
+                         "log_level": 3})
+    deadline = time.monotonic() + retry_s
+    try:
+        md = consumer.list_topics(timeout=10)
+        while True:
+            try:
+                return {f"{name}:{p}": consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                        for name in topic_names for p in sorted(md.topics[name].partitions)}
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        consumer.close()

@@ -35,24 +35,9 @@ from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.failpoint import OutageStore
 from gpuledger.stack.kafka import free_port
 from gpuledger.streams.processor import Processor
-from gpuledger.streams.topics import ensure_topics, topics_for
+from gpuledger.streams.topics import ensure_topics, read_extents, topics_for
 
 __all__ = ["read_extents", "run_process"]
-
-
-def read_extents(bootstrap: str, topic_names: list[str]) -> dict[str, tuple[int, int]]:
-    """Low and high offsets of every partition of the topics."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gpuledger-extents", "enable.auto.commit": False})
-    try:
-        md = consumer.list_topics(timeout=10)
-        out = {}
-        for name in topic_names:
-            for p in sorted(md.topics[name].partitions):
-                low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
-                out[f"{name}:{p}"] = (low, high)
-        return out
-    finally:
-        consumer.close()
 
 
 _COORDINATOR_LOADING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,

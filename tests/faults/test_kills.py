@@ -20,8 +20,7 @@ import pytest
 
 from gpuledger.demo.cluster import write_capture
 from plans import expected_allocated_hours, truth_plan
-from gpuledger.streams.topics import Topics
-from gpuledger.streams.worker import read_extents
+from gpuledger.streams.topics import Topics, read_extents
 from stack_support import BOOTSTRAP, Stack, stop
 
 pytestmark = pytest.mark.integration
