@@ -234,7 +234,7 @@ def cmd_replay(s: Settings, args) -> int:
     try:
         result = replay_period(s, store, period, args.into, args.at_close, progress)
     except ReplayError as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(f"--into {exc}") from exc
     closed = ClickHouseLedger(store).get(period)
     print(orjson.dumps({"period": period, "into": args.into, "hash": result.document["hash"],
                         "closed_hash": closed["hash"] if closed else None,
@@ -246,6 +246,7 @@ def cmd_replay(s: Settings, args) -> int:
 
 def cmd_diff(s: Settings, args) -> int:
     from gpuledger.replay.diff import diff_ledgers, render_diff
+    from gpuledger.replay.run import ReplayError, check_shadow_name
     from gpuledger.sinks.ledger_store import ClickHouseLedger
 
     period = _period(args)
@@ -254,7 +255,11 @@ def cmd_diff(s: Settings, args) -> int:
     mine = next((d for d in closed if d["period"] == period), None)
     if mine is None:
         raise UsageError(f"{period} is not closed: there is no ledger to compare with")
-    replayed = ClickHouseLedger(store.sibling(args.against)).get(period) if args.against.isidentifier() else None
+    try:
+        check_shadow_name(args.against)
+    except ReplayError as exc:
+        raise UsageError(f"--against {exc}") from exc
+    replayed = ClickHouseLedger(store.sibling(args.against)).get(period)
     if replayed is None:
         raise UsageError(f"no replay of {period} in {args.against!r}: run `gpuledger replay --period {period} "
                          f"--into {args.against}` first")
