@@ -169,7 +169,8 @@ def _costs(rows: dict, priced: Priced, endpoints: list[dict], entry) -> tuple[st
     if not rows["cards"]:
         return None, None
     costs: dict[str, dict[str, Decimal]] = {}
-    for line in rounded(priced.lines):
+    shown = rounded(priced.lines)
+    for line in shown:
         if line.payer != "tenant":
             continue
         c = costs.setdefault(line.tenant_id, dict.fromkeys(COST_PARTS, Decimal(0)))
@@ -187,7 +188,7 @@ def _costs(rows: dict, priced: Priced, endpoints: list[dict], entry) -> tuple[st
             share["cost"] = float(parts.get(share["tenant_id"], 0))
     for tid, c in costs.items():
         entry(tid)["cost"] = {k: float(v) for k, v in c.items()}
-    return rows["cards"][0].currency, {k: float(v) for k, v in money_reconciliation(priced).items()}
+    return rows["cards"][0].currency, {k: float(v) for k, v in money_reconciliation(priced, shown).items()}
 
 
 def _quantiles(values) -> dict:
