@@ -46,6 +46,26 @@ class Settings(BaseSettings):
     provider_name: str = Field("GPU platform", description="FOCUS ProviderName, PublisherName and InvoiceIssuerName.")
     central_account: str = Field("platform-central", description="FOCUS BillingAccountId of the central budget.")
 
+    # -- live producers (`gpuledger produce SOURCE`, `gpuledger capture`) -------------------
+    cluster_id: str = Field("", description="Cluster the live producers observe (the capture manifest's cluster_id).")
+    node_name: str = Field("", description="Node a node producer runs on (PodResources, DCGM); default: the host name.")
+    scrape_interval_s: float = Field(10.0, gt=0, description="Seconds between polls of PodResources, DCGM, vGPU and vLLM.")
+    producer_metrics_port: int = Field(-1, ge=-1, description="Port of a producer's /metrics (0 = any free port, -1 = off).")
+    kube_api_url: str = Field("", description="Kubernetes API server URL; empty = kubeconfig, then in-cluster config.")
+    kubeconfig: Path | None = Field(None, description="kubeconfig file for the Kubernetes watch (default ~/.kube/config).")
+    watch_timeout_s: int = Field(300, ge=1, description="Seconds one watch request stays open before it is renewed.")
+    podresources_socket: Path = Field(Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+                                      description="The kubelet's PodResources gRPC unix socket.")
+    dcgm_url: str = Field("http://127.0.0.1:9400/metrics", description="dcgm-exporter's /metrics URL on this node.")
+    vgpu_command: str = Field("nvidia-smi vgpu -q", description="Command that prints the host's vGPUs (nvidia-smi vgpu -q).")
+    vgpu_gpus_command: str = Field("nvidia-smi --query-gpu=pci.bus_id,uuid --format=csv,noheader",
+                                   description="Command that maps the host's PCI bus ids to GPU UUIDs.")
+    vgpu_owners: Path | None = Field(None, description="JSON file: VM (uuid or name) -> tenant, project, cost center.")
+    requests_log: Path | None = Field(None, description="JSONL access log of the model servers, tailed for request events.")
+    requests_listen: str = Field("", description="host:port where request events are accepted over HTTP (POST /v1/requests).")
+    vllm_url: str = Field("", description="vLLM /metrics URL; its token totals are checked against the request events.")
+    clock_sync: bool = Field(True, description="Measure this host's clock against the broker's and correct observed_at.")
+
     def effective_dsn(self) -> str:
         """The ClickHouse DSN, defaulting to the embedded engine under home."""
         return self.clickhouse_dsn or f"chdb://{(self.home / 'clickhouse').resolve()}"

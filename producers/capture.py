@@ -29,7 +29,7 @@ from gpuledger.producers.base import Publisher
 from gpuledger.schemas import Codec
 from gpuledger.streams.topics import Topics
 
-__all__ = ["CaptureError", "IngestSummary", "ingest_capture"]
+__all__ = ["CAPTURE_FORMAT", "LINE_FILES", "CaptureError", "IngestSummary", "LinePublisher", "ingest_capture"]
 
 CAPTURE_FORMAT = "gpuledger-capture/1"
 _RAW_LIMIT = 64 * 1024
@@ -163,12 +163,16 @@ class IngestSummary:
         return "\n".join(lines)
 
 
+LINE_FILES = ("k8s-watch.jsonl", "podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl")
+
+
 class _Ingest:
     def __init__(self, capture: Path, publisher: Publisher, topics: Topics, cluster_id: str,
-                 wall_ms: Callable[[], int], progress: Callable[[str], None]) -> None:
+                 wall_ms: Callable[[], int], progress: Callable[[str], None] = lambda _: None) -> None:
         self.capture, self.pub, self.topics, self.cluster = capture, publisher, topics, cluster_id
         self.wall_ms, self.progress = wall_ms, progress
         self.summary = IngestSummary()
+        self.last_watch_ms: int | None = None
         self.codecs = {t.schema: Codec(t.schema) for t in topics.all()}
 
     def emit(self, spec, key: str, record: dict, ts_ms: int, partition: int | None = None) -> None:
@@ -225,21 +229,42 @@ class _Ingest:
         self.emit(self.topics.reference, f"{self.cluster}/{kind}",
                   {"observed_at_ms": ts, "kind": kind, "document_json": raw.decode()}, ts)
 
+    # -- one line of each file (a capture's or a live producer's) -----------------------
+    def put(self, name: str, obj: dict, where: str) -> None:
+        """Validate one capture-format line of file ``name`` and publish it (or dead-letter it)."""
+        model, handler = self.handlers()[name]
+        try:
+            line = model.model_validate(obj)
+        except ValidationError as exc:
+            self.reject(where, _first_error(exc), orjson.dumps(obj))
+            return
+        handler(where, line)
+
+    def handlers(self) -> dict:
+        return {"k8s-watch.jsonl": (_WatchLine, self.on_watch), "podresources.jsonl": (_PodResourcesLine, self.on_podresources),
+                "dcgm.jsonl": (_DcgmLine, self.on_dcgm), "vgpu.jsonl": (_VgpuLine, self.on_vgpu),
+                "requests.jsonl": (_RequestLine, self.on_request)}
+
+    def file(self, name: str) -> None:
+        model, handler = self.handlers()[name]
+        for number, line in self.lines(name, model):
+            handler(f"{name}:{number}", line)
+
     def watch(self) -> None:
-        spec, last_ms = self.topics.k8s, None
-        for number, line in self.lines("k8s-watch.jsonl", _WatchLine):
-            ts = parse_rfc3339_ms(line.observed_at)
-            last_ms = ts if last_ms is None else max(last_ms, ts)
-            meta = (line.event.get("object") or {}).get("metadata") or {}
-            if line.event["type"] not in ("BOOKMARK", "ERROR") and not meta.get("uid"):
-                # nothing to key it by, and nothing the fold could attribute it to
-                self.reject(f"k8s-watch.jsonl:{number}", f"{line.event['type']} event without metadata.uid",
-                            orjson.dumps(line.event))
-                continue
-            self._watch_event(spec, line.event, ts)
-        if last_ms is not None:
-            self._watch_event(spec, {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {
-                "annotations": {"gpuledger.io/end-of-capture": "true"}}}}, last_ms)
+        self.file("k8s-watch.jsonl")
+        if self.last_watch_ms is not None:
+            self._watch_event(self.topics.k8s, {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {
+                "annotations": {"gpuledger.io/end-of-capture": "true"}}}}, self.last_watch_ms)
+
+    def on_watch(self, where: str, line: _WatchLine) -> None:
+        ts = parse_rfc3339_ms(line.observed_at)
+        self.last_watch_ms = ts if self.last_watch_ms is None else max(self.last_watch_ms, ts)
+        meta = (line.event.get("object") or {}).get("metadata") or {}
+        if line.event["type"] not in ("BOOKMARK", "ERROR") and not meta.get("uid"):
+            # nothing to key it by, and nothing the fold could attribute it to
+            self.reject(where, f"{line.event['type']} event without metadata.uid", orjson.dumps(line.event))
+            return
+        self._watch_event(self.topics.k8s, line.event, ts)
 
     def _watch_event(self, spec, event: dict, ts: int) -> None:
         obj = event["object"]
@@ -254,37 +279,39 @@ class _Ingest:
         else:
             self.emit(spec, record["uid"], record, ts)
 
-    def podresources(self) -> None:
-        for _, line in self.lines("podresources.jsonl", _PodResourcesLine):
-            ts = parse_rfc3339_ms(line.observed_at)
-            self.emit(self.topics.podresources, line.node, {"observed_at_ms": ts, "node": line.node,
-                                                              "response_json": orjson.dumps(line.response).decode()}, ts)
+    def on_podresources(self, where: str, line: _PodResourcesLine) -> None:
+        ts = parse_rfc3339_ms(line.observed_at)
+        self.emit(self.topics.podresources, line.node, {"observed_at_ms": ts, "node": line.node,
+                                                          "response_json": orjson.dumps(line.response).decode()}, ts)
 
-    def dcgm(self) -> None:
-        for _, line in self.lines("dcgm.jsonl", _DcgmLine):
-            ts = parse_rfc3339_ms(line.observed_at)
-            self.emit(self.topics.dcgm, line.node, {"observed_at_ms": ts, "node": line.node,
-                                                      "exposition": line.exposition}, ts)
+    def on_dcgm(self, where: str, line: _DcgmLine) -> None:
+        ts = parse_rfc3339_ms(line.observed_at)
+        self.emit(self.topics.dcgm, line.node, {"observed_at_ms": ts, "node": line.node, "exposition": line.exposition}, ts)
 
-    def vgpu(self) -> None:
-        for _, line in self.lines("vgpu.jsonl", _VgpuLine):
-            ts = parse_rfc3339_ms(line.observed_at)
-            vgpus = [{"vgpu_uuid": v.vgpu_uuid, "physical_gpu_uuid": v.physical_gpu_uuid, "profile": v.profile,
-                      "vm_uuid": v.vm_uuid, "vm_name": v.vm_name, **v.owner.model_dump()} for v in line.vgpus]
-            self.emit(self.topics.vgpu, line.host, {"observed_at_ms": ts, "host": line.host, "vgpus": vgpus}, ts)
+    def on_vgpu(self, where: str, line: _VgpuLine) -> None:
+        ts = parse_rfc3339_ms(line.observed_at)
+        vgpus = [{"vgpu_uuid": v.vgpu_uuid, "physical_gpu_uuid": v.physical_gpu_uuid, "profile": v.profile,
+                  "vm_uuid": v.vm_uuid, "vm_name": v.vm_name, **v.owner.model_dump()} for v in line.vgpus]
+        self.emit(self.topics.vgpu, line.host, {"observed_at_ms": ts, "host": line.host, "vgpus": vgpus}, ts)
 
-    def requests(self) -> None:
-        for number, line in self.lines("requests.jsonl", _RequestLine):
-            ts = parse_rfc3339_ms(line.observed_at)
-            try:
-                arrived = parse_rfc3339_ms(line.arrived_at)
-            except ValueError as exc:
-                self.reject(f"requests.jsonl:{number}", f"arrived_at: {exc}", line.model_dump_json().encode())
-                continue
-            record = line.model_dump(include={"endpoint_id", "model", "revision", "request_id", "tenant_id",
-                                              "project_id", "prompt_tokens", "completion_tokens", "queue_s",
-                                              "ttft_s", "e2e_s", "outcome"})
-            self.emit(self.topics.requests, line.endpoint_id, {"observed_at_ms": ts, "arrived_at_ms": arrived, **record}, ts)
+    def on_request(self, where: str, line: _RequestLine) -> None:
+        ts = parse_rfc3339_ms(line.observed_at)
+        try:
+            arrived = parse_rfc3339_ms(line.arrived_at)
+        except ValueError as exc:
+            self.reject(where, f"arrived_at: {exc}", line.model_dump_json().encode())
+            return
+        record = line.model_dump(include={"endpoint_id", "model", "revision", "request_id", "tenant_id",
+                                          "project_id", "prompt_tokens", "completion_tokens", "queue_s",
+                                          "ttft_s", "e2e_s", "outcome"})
+        self.emit(self.topics.requests, line.endpoint_id, {"observed_at_ms": ts, "arrived_at_ms": arrived, **record}, ts)
+
+
+class LinePublisher(_Ingest):
+    """Publishes single capture-format lines, as ingest does (for live producers)."""
+
+    def __init__(self, publisher: Publisher, topics: Topics, cluster_id: str, wall_ms: Callable[[], int]) -> None:
+        super().__init__(Path("."), publisher, topics, cluster_id, wall_ms)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -308,10 +335,8 @@ def ingest_capture(capture: Path, publisher: Publisher, topics: Topics, wall_ms:
     job = _Ingest(capture, publisher, topics, str(manifest["cluster_id"]), wall_ms, progress)
     job.documents()
     job.watch()
-    job.podresources()
-    job.dcgm()
-    job.vgpu()
-    job.requests()
+    for name in ("podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl"):
+        job.file(name)
     publisher.flush()
     return job.summary
 

@@ -1,0 +1,99 @@
+"""What every live producer shares: its metrics, its resume state, its polling loop.
+
+- ``ProducerMetrics``: records sent, errors, and lag behind the source, on a registry of its
+  own, served over HTTP for Prometheus (``serve``).
+- ``StateFile``: the producer's resume position (a watch's resourceVersion, a log's byte
+  offset), written atomically and only after the sink's ``flush`` (write, then commit).
+- ``poll_on_grid``: calls a poll function at every multiple of the interval of the clock,
+  passing that instant, so every producer of a fleet stamps the same instants.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+__all__ = ["ProducerMetrics", "StateFile", "poll_on_grid"]
+
+
+class ProducerMetrics:
+    """Prometheus metrics of one producer process (label ``source``: k8s, dcgm, ...)."""
+
+    def __init__(self, source: str, registry: CollectorRegistry | None = None) -> None:
+        self.source = source
+        self.registry = registry or CollectorRegistry()
+        self.records = Counter("gpuledger_producer_records_total", "Records handed to the sink, by capture file.",
+                               ["source", "file"], registry=self.registry)
+        self.errors = Counter("gpuledger_producer_errors_total", "Failed reads of the source, by reason.",
+                              ["source", "reason"], registry=self.registry)
+        self.lag = Gauge("gpuledger_producer_lag_seconds",
+                         "Event time of now minus the event time of the newest observation published.",
+                         ["source"], registry=self.registry)
+        self.last_success = Gauge("gpuledger_producer_last_success_timestamp_seconds",
+                                  "When the source was last read successfully (unix seconds).",
+                                  ["source"], registry=self.registry)
+        self.clock_offset = Gauge("gpuledger_producer_clock_offset_seconds",
+                                  "Broker clock minus this host's clock, as last measured.",
+                                  ["source"], registry=self.registry)
+
+    def sent(self, file: str, n: int = 1) -> None:
+        self.records.labels(self.source, file).inc(n)
+
+    def error(self, reason: str) -> None:
+        self.errors.labels(self.source, reason).inc()
+
+    def observed(self, newest_ms: int, now_ms: int) -> None:
+        self.lag.labels(self.source).set(max(0, now_ms - newest_ms) / 1000)
+        self.last_success.labels(self.source).set(now_ms / 1000)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Serve /metrics on ``port`` (0 = any free port); returns the port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server.server_address[1]
+
+
+class StateFile:
+    """A small JSON document replaced atomically (write a temporary file, fsync, rename)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict:
+        try:
+            return orjson.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"{self.path} is not JSON ({exc}): delete it to start over from the source") from exc
+
+    def save(self, state: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("wb") as fh:
+            fh.write(orjson.dumps(state))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+
+def poll_on_grid(poll: Callable[[int], None], interval_s: float, now_ms: Callable[[], int],
+                 stop: threading.Event, until_ms: int | None = None) -> int:
+    """Call ``poll(tick_ms)`` at each multiple of ``interval_s`` of ``now_ms``'s clock until
+    ``stop`` is set or ``until_ms`` is reached (exclusive). Returns the number of polls.
+    A tick missed (a poll slower than the interval) is skipped, not run late."""
+    step = max(1, int(round(interval_s * 1000)))
+    polls = 0
+    tick = (now_ms() // step + 1) * step
+    while not stop.is_set() and (until_ms is None or tick < until_ms):
+        wait_ms = tick - now_ms()
+        if wait_ms > 0 and stop.wait(wait_ms / 1000):
+            break
+        poll(tick)
+        polls += 1
+        tick = max(tick + step, (now_ms() // step + 1) * step)
+    return polls
