@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
+from gpuledger.cli.produce import UsageError as ProduceUsageError
 from gpuledger.config import Settings, load_settings
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
@@ -344,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--out", help="where to write the capture (default HOME/demo-capture)")
     dm.add_argument("--hours", type=int, default=24)
     dm.set_defaults(func=cmd_demo)
+    from gpuledger.cli.produce import add_parsers
+
+    add_parsers(sub)
     cf = sub.add_parser("config", help="print the effective settings (validates them)")
     cf.add_argument("action", choices=["validate"])
     cf.set_defaults(func=cmd_config)
@@ -353,12 +357,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, settings: Settings | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        s = settings or load_settings(home=args.home, kafka_bootstrap=args.bootstrap, clickhouse_dsn=args.dsn)
+        overrides = args.overrides(args) if hasattr(args, "overrides") else {}
+        s = settings or load_settings(home=args.home, kafka_bootstrap=args.bootstrap, clickhouse_dsn=args.dsn,
+                                      **overrides)
         return args.func(s, args)
     except ValidationError as exc:
         progress(f"gpuledger: bad settings: {exc}")
         return 2
     except UsageError as exc:
+        progress(f"gpuledger: {exc}")
+        return 2
+    except ProduceUsageError as exc:
         progress(f"gpuledger: {exc}")
         return 2
     except Exception as exc:  # noqa: BLE001 — the CLI edge: name the failure, exit 1

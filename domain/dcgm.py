@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["DcgmParse", "DeviceSample", "parse_exposition"]
 
-_SENTINEL_MIN = 9.0e15  # DCGM blank values start at 0x7ff... (int64) and 2^53-ish for fp64
+_SENTINEL_MIN = 9.0e15  # int64 blanks: 0x7ffffffffffffff0 + 0..15 (blank, not found, not supported, ...)
+_FP64_BLANK = 2.0 ** 47  # fp64 blanks: 140737488355328.0 + 0..15 (SM active, power)
 _FIELDS = {
     "DCGM_FI_PROF_SM_ACTIVE": "sm_active",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_active",
@@ -117,7 +118,8 @@ def parse_exposition(text: str) -> DcgmParse:
             raise ValueError(f"sample without a value: {line[:120]!r}")
         value = float(parts[0])
         key, model, reason, pod = _identity(name, label_text)
-        if not reason and (math.isnan(value) or abs(value) >= _SENTINEL_MIN):
+        if not reason and (math.isnan(value) or abs(value) >= _SENTINEL_MIN
+                           or _FP64_BLANK <= value < _FP64_BLANK + 16):
             reason = "DCGM blank sentinel"
         if not reason and pod is not None and field in _RATIO_FIELDS:
             pod_values.setdefault(key, {}).setdefault(field, {})[pod] = value

@@ -18,28 +18,46 @@ from pathlib import Path
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-__all__ = ["ProducerMetrics", "StateFile", "poll_on_grid"]
+__all__ = ["Deadline", "ProducerMetrics", "StateFile", "poll_on_grid"]
+
+
+class _Families:
+    """The metric families of one registry (several producers of one process share them)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.records = Counter("gpuledger_producer_records_total", "Records handed to the sink, by capture file.",
+                               ["source", "file"], registry=registry)
+        self.errors = Counter("gpuledger_producer_errors_total", "Failed reads of the source, by reason.",
+                              ["source", "reason"], registry=registry)
+        self.lag = Gauge("gpuledger_producer_lag_seconds",
+                         "Event time of now minus the event time of the newest observation published.",
+                         ["source"], registry=registry)
+        self.last_success = Gauge("gpuledger_producer_last_success_timestamp_seconds",
+                                  "When the source was last read successfully (unix seconds).",
+                                  ["source"], registry=registry)
+        self.clock_offset = Gauge("gpuledger_producer_clock_offset_seconds",
+                                  "Broker clock minus this host's clock, as last measured.",
+                                  ["source"], registry=registry)
+
+
+_FAMILIES: dict[int, tuple[CollectorRegistry, _Families]] = {}
+_FAMILIES_LOCK = threading.Lock()
 
 
 class ProducerMetrics:
-    """Prometheus metrics of one producer process (label ``source``: k8s, dcgm, ...)."""
+    """Prometheus metrics of one producer (label ``source``: k8s, dcgm, ...); producers
+    given the same registry share one /metrics."""
 
     def __init__(self, source: str, registry: CollectorRegistry | None = None) -> None:
         self.source = source
         self.registry = registry or CollectorRegistry()
-        self.records = Counter("gpuledger_producer_records_total", "Records handed to the sink, by capture file.",
-                               ["source", "file"], registry=self.registry)
-        self.errors = Counter("gpuledger_producer_errors_total", "Failed reads of the source, by reason.",
-                              ["source", "reason"], registry=self.registry)
-        self.lag = Gauge("gpuledger_producer_lag_seconds",
-                         "Event time of now minus the event time of the newest observation published.",
-                         ["source"], registry=self.registry)
-        self.last_success = Gauge("gpuledger_producer_last_success_timestamp_seconds",
-                                  "When the source was last read successfully (unix seconds).",
-                                  ["source"], registry=self.registry)
-        self.clock_offset = Gauge("gpuledger_producer_clock_offset_seconds",
-                                  "Broker clock minus this host's clock, as last measured.",
-                                  ["source"], registry=self.registry)
+        with _FAMILIES_LOCK:
+            entry = _FAMILIES.get(id(self.registry))
+            if entry is None or entry[0] is not self.registry:
+                entry = _FAMILIES[id(self.registry)] = (self.registry, _Families(self.registry))
+        f = entry[1]
+        self.records, self.errors, self.lag, self.last_success, self.clock_offset = (
+            f.records, f.errors, f.lag, f.last_success, f.clock_offset)
 
     def sent(self, file: str, n: int = 1) -> None:
         self.records.labels(self.source, file).inc(n)
@@ -81,6 +99,15 @@ class StateFile:
         os.replace(tmp, self.path)
 
 
+class Deadline(threading.Event):
+    """A stop event that may also bound the grid: polls at ticks in ``[from_ms, until_ms)`` only
+    (``gpuledger produce --from/--until``, ``capture --for``)."""
+
+    def __init__(self, from_ms: int | None = None, until_ms: int | None = None) -> None:
+        super().__init__()
+        self.from_ms, self.until_ms = from_ms, until_ms
+
+
 def poll_on_grid(poll: Callable[[int], None], interval_s: float, now_ms: Callable[[], int],
                  stop: threading.Event, until_ms: int | None = None) -> int:
     """Call ``poll(tick_ms)`` at each multiple of ``interval_s`` of ``now_ms``'s clock until
@@ -88,7 +115,12 @@ def poll_on_grid(poll: Callable[[int], None], interval_s: float, now_ms: Callabl
     A tick missed (a poll slower than the interval) is skipped, not run late."""
     step = max(1, int(round(interval_s * 1000)))
     polls = 0
+    if until_ms is None:
+        until_ms = getattr(stop, "until_ms", None)
     tick = (now_ms() // step + 1) * step
+    from_ms = getattr(stop, "from_ms", None)
+    if from_ms is not None and tick < from_ms:
+        tick = -(-from_ms // step) * step
     while not stop.is_set() and (until_ms is None or tick < until_ms):
         wait_ms = tick - now_ms()
         if wait_ms > 0 and stop.wait(wait_ms / 1000):

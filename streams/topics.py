@@ -9,6 +9,7 @@
 - Facts are not kept in Kafka at all: ClickHouse holds them, and they can always be
   rebuilt from the source topics (``gpuledger replay``).
 - The dead-letter topic keeps what could not be taken for the audit horizon too.
+- The clock topic stamps ``LogAppendTime``: producers measure their host clock against it.
 """
 
 from __future__ import annotations
@@ -49,9 +50,14 @@ class Topics:
         self.reference = TopicSpec(f"{prefix}.reference.documents", "reference_document", 1, ref)
         self.dead_letter = TopicSpec(f"{prefix}.dead-letter", "dead_letter", 1,
                                      {"cleanup.policy": "delete", "retention.ms": audit_ms})
+        # producers' probes of the broker clock: the broker stamps them, a day is plenty
+        self.clock = TopicSpec(f"{prefix}.clock", "clock_heartbeat", 1,
+                               {"cleanup.policy": "delete", "retention.ms": str(24 * 3600 * 1000),
+                                "message.timestamp.type": "LogAppendTime"})
 
     def all(self) -> list[TopicSpec]:
-        return [self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests, self.reference, self.dead_letter]
+        return [self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests, self.reference, self.dead_letter,
+                self.clock]
 
     def processed(self) -> list[TopicSpec]:
         """The topics `process` reads."""
