@@ -91,7 +91,9 @@ class CaptureSink:
         with self._lock:
             fh = self._files.get(file)
             if fh is None:
-                fh = self._files[file] = (self.directory / file).open("ab")
+                path = self.directory / file
+                _drop_torn_tail(path)
+                fh = self._files[file] = path.open("ab")
             fh.write(orjson.dumps(line) + b"\n")
             self.lines[file] += 1
 
@@ -107,6 +109,28 @@ class CaptureSink:
             for fh in self._files.values():
                 fh.close()
             self._files.clear()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """A recorder killed mid-write leaves a last line without its newline: cut it off (the
+    producer, resuming from its last commit, puts it again)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("r+b") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(0, pos - 65536)
+            fh.seek(start)
+            chunk = fh.read(pos - start)
+            if pos == end and chunk.endswith(b"\n"):
+                return
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                fh.truncate(start + cut + 1)
+                return
+            pos = start
+        fh.truncate(0)
 
 
 @dataclass

@@ -1,0 +1,227 @@
+"""Acceptance: the live producers, each against a small real server speaking its source's
+protocol (a Kubernetes API with list and watch, a kubelet PodResources gRPC socket, a
+dcgm-exporter /metrics, a model gateway's access log), publish to the real broker while the
+request and watch producers are SIGKILLed and restarted. Then:
+
+- the facts of the live run equal the facts of ingesting the capture it recorded (--record);
+- every request of the log is one request fact (nothing lost, nothing twice);
+- every transition the API server made is in the watch stream;
+- each producer serves its Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import GPULEDGER, Stack
+from gpuledger.sinks.clickhouse import ClickHouseStore
+from sources.dcgm_exporter import DcgmExporter
+from sources.kube_apiserver import KubeApiServer, namespace, pod
+from sources.kubelet_podresources import KubeletPodResources
+
+pytestmark = pytest.mark.integration
+
+NODE = "gpu-node-1"  # the Hostname of the real H100 scrape
+GPUS = ["GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005", "GPU-bc5610b9-79c8-fedd-8899-07539c7f868a",
+        "GPU-fbc2c554-4d37-8938-0032-f923bad0f716", "GPU-a65a773d-52bb-bcc1-a8ee-f78c3faa2e2d",
+        "GPU-82e45d1b-1618-559f-144c-eab51545030b", "GPU-39e28159-8c62-ee71-64db-b748edd61e15",
+        "GPU-e64d69ca-b4b3-59b2-e78c-94f26c4db365", "GPU-04d228d3-3b5a-3534-f5cf-969706647d56"]
+INTERVAL_S = 0.5
+REQUESTS = 240
+
+
+def _inventory() -> dict:
+    return {"gpus": [{"gpu_uuid": g, "node": NODE, "model": "NVIDIA H100 80GB HBM3", "gpu_class": "H100-80GB",
+                      "valid_from": "2026-01-01T00:00:00Z", "valid_to": None, "mode": "exclusive"} for g in GPUS]}
+
+
+def _assignments(held: dict[tuple[str, str], list[str]]) -> dict:
+    return {"podResources": [{"name": name, "namespace": ns, "containers": [
+        {"name": "main", "devices": [{"resourceName": "nvidia.com/gpu", "deviceIds": gpus}]}]}
+        for (ns, name), gpus in held.items()]}
+
+
+def _request(i: int, now_s: float) -> dict:
+    return {"request_id": f"req-{i:05d}", "endpoint_id": "chat-1", "model": "qwen2.5-0.5b", "revision": "r1",
+            "tenant_id": "alpha" if i % 3 else "beta", "project_id": "p", "arrived_at": now_s - 0.8,
+            "finished_at": now_s, "ttft_s": 0.1, "queue_s": 0.0,
+            "usage": {"prompt_tokens": 10 + i % 7, "completion_tokens": 20 + i % 5, "total_tokens": 30 + i % 12},
+            "status": 200}
+
+
+class _Producer:
+    """One `gpuledger produce SOURCE` process; stderr kept in a file."""
+
+    def __init__(self, stack: Stack, source: str, args: list[str], logs: Path) -> None:
+        self.stack, self.source, self.args, self.logs, self.runs = stack, source, args, logs, 0
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.runs += 1
+        err = (self.logs / f"{self.source}-{self.runs}.log").open("w")
+        self.proc = subprocess.Popen([*GPULEDGER, "produce", self.source, *self.args], env=self.stack.env(),
+                                     stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self) -> int:
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        return self.proc.wait(60)
+
+    def stderr(self) -> str:
+        return "".join(p.read_text() for p in sorted(self.logs.glob(f"{self.source}-*.log")))
+
+    def metrics_url(self) -> str:
+        for line in (self.logs / f"{self.source}-{self.runs}.log").read_text().splitlines():
+            if "metrics at " in line:
+                return line.split("metrics at ", 1)[1].strip()
+        return ""
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode()
+
+
+def _request_ids(stack: Stack) -> tuple[list[str], int]:
+    store = ClickHouseStore(stack.dsn)
+    try:
+        _, rows = store.query("SELECT request_id FROM gpuledger.request_facts FINAL ORDER BY request_id")
+        _, raw = store.query("SELECT count() - uniqExact(fact_id) FROM gpuledger.request_facts FINAL")
+        return [r[0] for r in rows], raw[0][0]
+    finally:
+        store.close()
+
+
+def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(broker, tmp_path):
+    seed = random.randrange(1 << 30)
+    print(f"live producers: seed {seed}")
+    rnd = random.Random(seed)
+    env = {"GPULEDGER_DCGM_SAMPLE_SPAN_S": str(INTERVAL_S), "GPULEDGER_CHECKPOINT_INTERVAL_S": "0"}
+    live = Stack(tmp_path / "live", f"t{uuid.uuid4().hex[:10]}", env)
+    capture, logs = tmp_path / "capture", tmp_path / "logs"
+    logs.mkdir()
+    inventory = tmp_path / "inventory.json"
+    inventory.write_bytes(orjson.dumps(_inventory()))
+    live.run("load", "inventory", str(inventory), "--cluster", "c1")
+
+    api = KubeApiServer(bookmark_interval_s=0.3).start()
+    for ns, tenant in (("team-a", "alpha"), ("team-b", "beta")):
+        api.add(namespace(ns, tenant=tenant))
+    p1, p2 = api.add(pod("train-1", "team-a", node=NODE)), api.add(pod("serve-1", "team-b", node=NODE))
+    held = {("team-a", "train-1"): GPUS[0:2], ("team-b", "serve-1"): GPUS[2:3]}
+    kubelet = KubeletPodResources(tmp_path / "kubelet.sock", response=_assignments(held)).start()
+    dcgm = DcgmExporter()
+    access_log = tmp_path / "access.jsonl"
+    access_log.touch()
+
+    common = ["--cluster", "c1", "--node", NODE, "--interval", str(INTERVAL_S), "--record", str(capture),
+              "--metrics-port", "0"]
+    producers = {
+        "k8s": _Producer(live, "k8s", [*common, "--kube-api", api.url], logs),
+        "podresources": _Producer(live, "podresources", [*common, "--socket", str(kubelet.socket_path)], logs),
+        "dcgm": _Producer(live, "dcgm", [*common, "--dcgm-url", dcgm.url], logs),
+        "requests": _Producer(live, "requests", [*common, "--log", str(access_log)], logs),
+    }
+    try:
+        for p in producers.values():
+            p.start()
+        time.sleep(4)  # every producer has started, listed, measured its clock
+
+        # requests are written all along; the request producer is killed at random moments
+        def write_requests() -> None:
+            with access_log.open("a") as fh:
+                for i in range(REQUESTS):
+                    fh.write(orjson.dumps(_request(i, time.time())).decode() + "\n")
+                    fh.flush()
+                    time.sleep(0.02)
+
+        writer = threading.Thread(target=write_requests)
+        writer.start()
+        kills = []
+        for _ in range(3):
+            time.sleep(rnd.uniform(0.3, 1.2))
+            producers["requests"].kill()
+            kills.append("requests")
+            producers["requests"].start()
+        writer.join()
+
+        # the cluster changes: train-1 ends and its GPUs go to a new pod; the watch producer is
+        # killed between changes and resumes from its saved resourceVersion
+        time.sleep(1.0)
+        producers["k8s"].kill()
+        kills.append("k8s")
+        api.delete(p1)
+        p3 = api.add(pod("train-2", "team-a", node=NODE))
+        del held[("team-a", "train-1")]
+        held[("team-a", "train-2")] = GPUS[0:2]
+        kubelet.set_response(_assignments(held))
+        time.sleep(1.0)
+        producers["k8s"].start()
+        time.sleep(3.0)
+        api.modify(dict(p2, status={**p2["status"], "phase": "Succeeded"}))
+        held.pop(("team-b", "serve-1"))
+        kubelet.set_response(_assignments(held))
+        time.sleep(3.0)  # quiet: the last watch lines are bookmarks
+
+        urls = {name: p.metrics_url() for name, p in producers.items()}
+        scraped = {name: _scrape(url) for name, url in urls.items() if url}
+        for p in producers.values():
+            assert p.terminate() == 0, p.stderr()[-3000:]
+    finally:
+        for p in producers.values():
+            if p.proc is not None and p.proc.poll() is None:
+                p.kill()
+        api.stop()
+        kubelet.stop()
+        dcgm.stop()
+
+    # each producer served its metrics: records sent, by file
+    assert set(scraped) == set(producers), {n: p.stderr()[-1500:] for n, p in producers.items()}
+    for name, text in scraped.items():
+        assert f'gpuledger_producer_records_total{{file="' in text and f'source="{name}"' in text, text[:2000]
+        assert "gpuledger_producer_clock_offset_seconds" in text
+
+    # the live run's facts
+    live.run("process", "--until-caught-up")
+    live_facts = live.facts(with_source=False)
+    ids, duplicated = _request_ids(live)
+    assert ids == [f"req-{i:05d}" for i in range(REQUESTS)]  # nothing lost across the kills
+    assert duplicated == 0
+    store = ClickHouseStore(live.dsn)
+    try:
+        _, held_by = store.query("SELECT DISTINCT tenant_id, pod_name FROM gpuledger.capacity_facts FINAL "
+                                 "WHERE kind = 'allocated' ORDER BY tenant_id, pod_name")
+    finally:
+        store.close()
+    # the pods that held GPUs, each under its namespace's tenant, across the changes
+    assert [tuple(r) for r in held_by] == [("alpha", "train-1"), ("alpha", "train-2"), ("beta", "serve-1")]
+
+    # every transition of the API server is in the recorded watch stream
+    seen = {(e["event"]["type"], e["event"]["object"]["metadata"].get("uid"))
+            for e in map(orjson.loads, (capture / "k8s-watch.jsonl").read_bytes().splitlines())}
+    for t, obj in (("ADDED", p1), ("ADDED", p2), ("DELETED", p1), ("ADDED", p3), ("MODIFIED", p2)):
+        assert (t, obj["metadata"]["uid"]) in seen, (t, obj["metadata"]["name"])
+
+    # ingesting what the live producers recorded gives the same facts
+    again = Stack(tmp_path / "again", f"t{uuid.uuid4().hex[:10]}", env)
+    again.run("load", "inventory", str(inventory), "--cluster", "c1")
+    again.run("ingest", str(capture))
+    again.run("process", "--until-caught-up")
+    assert again.facts(with_source=False) == live_facts
+    assert _request_ids(again) == (ids, 0)
+    print(f"live producers: kills {kills}, {len(live_facts['capacity_facts'])} capacity and "
+          f"{len(live_facts['utilization_facts'])} utilization facts equal to the capture's")
