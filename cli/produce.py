@@ -112,9 +112,15 @@ class _RequestSources:
 def _clock(s: Settings, node: str, source: str, metrics, topics):
     from gpuledger.producers.clock import BrokerClock, local_ms
 
+    host_ms = local_ms
+    if s.failpoint_clock_skew_s:
+        skew_ms = int(round(s.failpoint_clock_skew_s * 1000))
+
+        def host_ms() -> int:
+            return local_ms() + skew_ms
     if not s.clock_sync:
-        return None, local_ms
-    clock = BrokerClock(s.kafka_bootstrap, topics.clock.name, node, source,
+        return None, host_ms
+    clock = BrokerClock(s.kafka_bootstrap, topics.clock.name, node, source, local=host_ms,
                         on_reading=lambda r: metrics.clock_offset.labels(source).set(r.offset_ms / 1000))
     try:
         clock.start()

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
         0.0, ge=0, description="Close refuses when more allocated GPU-hours than this have no rate.")
     failpoint_store_outage: tuple[float, float] | None = Field(
         None, description="Fault suite only: refuse store writes from AFTER_S after start for FOR_S seconds.")
+    failpoint_clock_skew_s: float = Field(
+        0.0, description="Fault suite only: this producer's host clock reads this many seconds off the true time.")
     provider_name: str = Field("GPU platform", description="FOCUS ProviderName, PublisherName and InvoiceIssuerName.")
     central_account: str = Field("platform-central", description="FOCUS BillingAccountId of the central budget.")
 

@@ -11,45 +11,26 @@ request and watch producers are SIGKILLed and restarted. Then:
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
 import threading
 import time
 import urllib.request
 import uuid
-from pathlib import Path
 
 import orjson
 import pytest
 
-from conftest import GPULEDGER, Stack
+from conftest import Stack
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from sources.dcgm_exporter import DcgmExporter
 from sources.kube_apiserver import KubeApiServer, namespace, pod
 from sources.kubelet_podresources import KubeletPodResources
+from sources.live_cluster import GPUS, NODE, Producer, assignments, inventory
 
 pytestmark = pytest.mark.integration
 
-NODE = "gpu-node-1"  # the Hostname of the real H100 scrape
-GPUS = ["GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005", "GPU-bc5610b9-79c8-fedd-8899-07539c7f868a",
-        "GPU-fbc2c554-4d37-8938-0032-f923bad0f716", "GPU-a65a773d-52bb-bcc1-a8ee-f78c3faa2e2d",
-        "GPU-82e45d1b-1618-559f-144c-eab51545030b", "GPU-39e28159-8c62-ee71-64db-b748edd61e15",
-        "GPU-e64d69ca-b4b3-59b2-e78c-94f26c4db365", "GPU-04d228d3-3b5a-3534-f5cf-969706647d56"]
 INTERVAL_S = 0.5
 REQUESTS = 240
-
-
-def _inventory() -> dict:
-    return {"gpus": [{"gpu_uuid": g, "node": NODE, "model": "NVIDIA H100 80GB HBM3", "gpu_class": "H100-80GB",
-                      "valid_from": "2026-01-01T00:00:00Z", "valid_to": None, "mode": "exclusive"} for g in GPUS]}
-
-
-def _assignments(held: dict[tuple[str, str], list[str]]) -> dict:
-    return {"podResources": [{"name": name, "namespace": ns, "containers": [
-        {"name": "main", "devices": [{"resourceName": "nvidia.com/gpu", "deviceIds": gpus}]}]}
-        for (ns, name), gpus in held.items()]}
 
 
 def _request(i: int, now_s: float) -> dict:
@@ -58,37 +39,6 @@ def _request(i: int, now_s: float) -> dict:
             "finished_at": now_s, "ttft_s": 0.1, "queue_s": 0.0,
             "usage": {"prompt_tokens": 10 + i % 7, "completion_tokens": 20 + i % 5, "total_tokens": 30 + i % 12},
             "status": 200}
-
-
-class _Producer:
-    """One `gpuledger produce SOURCE` process; stderr kept in a file."""
-
-    def __init__(self, stack: Stack, source: str, args: list[str], logs: Path) -> None:
-        self.stack, self.source, self.args, self.logs, self.runs = stack, source, args, logs, 0
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.runs += 1
-        err = (self.logs / f"{self.source}-{self.runs}.log").open("w")
-        self.proc = subprocess.Popen([*GPULEDGER, "produce", self.source, *self.args], env=self.stack.env(),
-                                     stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def terminate(self) -> int:
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        return self.proc.wait(60)
-
-    def stderr(self) -> str:
-        return "".join(p.read_text() for p in sorted(self.logs.glob(f"{self.source}-*.log")))
-
-    def metrics_url(self) -> str:
-        for line in (self.logs / f"{self.source}-{self.runs}.log").read_text().splitlines():
-            if "metrics at " in line:
-                return line.split("metrics at ", 1)[1].strip()
-        return ""
 
 
 def _scrape(url: str) -> str:
@@ -114,16 +64,16 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     live = Stack(tmp_path / "live", f"t{uuid.uuid4().hex[:10]}", env)
     capture, logs = tmp_path / "capture", tmp_path / "logs"
     logs.mkdir()
-    inventory = tmp_path / "inventory.json"
-    inventory.write_bytes(orjson.dumps(_inventory()))
-    live.run("load", "inventory", str(inventory), "--cluster", "c1")
+    inventory_file = tmp_path / "inventory.json"
+    inventory_file.write_bytes(orjson.dumps(inventory()))
+    live.run("load", "inventory", str(inventory_file), "--cluster", "c1")
 
     api = KubeApiServer(bookmark_interval_s=0.3).start()
     for ns, tenant in (("team-a", "alpha"), ("team-b", "beta")):
         api.add(namespace(ns, tenant=tenant))
     p1, p2 = api.add(pod("train-1", "team-a", node=NODE)), api.add(pod("serve-1", "team-b", node=NODE))
     held = {("team-a", "train-1"): GPUS[0:2], ("team-b", "serve-1"): GPUS[2:3]}
-    kubelet = KubeletPodResources(tmp_path / "kubelet.sock", response=_assignments(held)).start()
+    kubelet = KubeletPodResources(tmp_path / "kubelet.sock", response=assignments(held)).start()
     dcgm = DcgmExporter()
     access_log = tmp_path / "access.jsonl"
     access_log.touch()
@@ -131,10 +81,10 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     common = ["--cluster", "c1", "--node", NODE, "--interval", str(INTERVAL_S), "--record", str(capture),
               "--metrics-port", "0"]
     producers = {
-        "k8s": _Producer(live, "k8s", [*common, "--kube-api", api.url], logs),
-        "podresources": _Producer(live, "podresources", [*common, "--socket", str(kubelet.socket_path)], logs),
-        "dcgm": _Producer(live, "dcgm", [*common, "--dcgm-url", dcgm.url], logs),
-        "requests": _Producer(live, "requests", [*common, "--log", str(access_log)], logs),
+        "k8s": Producer(live, "k8s", [*common, "--kube-api", api.url], logs),
+        "podresources": Producer(live, "podresources", [*common, "--socket", str(kubelet.socket_path)], logs),
+        "dcgm": Producer(live, "dcgm", [*common, "--dcgm-url", dcgm.url], logs),
+        "requests": Producer(live, "requests", [*common, "--log", str(access_log)], logs),
     }
     try:
         for p in producers.values():
@@ -168,13 +118,13 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
         p3 = api.add(pod("train-2", "team-a", node=NODE))
         del held[("team-a", "train-1")]
         held[("team-a", "train-2")] = GPUS[0:2]
-        kubelet.set_response(_assignments(held))
+        kubelet.set_response(assignments(held))
         time.sleep(1.0)
         producers["k8s"].start()
         time.sleep(3.0)
         api.modify(dict(p2, status={**p2["status"], "phase": "Succeeded"}))
         held.pop(("team-b", "serve-1"))
-        kubelet.set_response(_assignments(held))
+        kubelet.set_response(assignments(held))
         time.sleep(3.0)  # quiet: the last watch lines are bookmarks
 
         urls = {name: p.metrics_url() for name, p in producers.items()}
@@ -192,7 +142,7 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     # each producer served its metrics: records sent, by file
     assert set(scraped) == set(producers), {n: p.stderr()[-1500:] for n, p in producers.items()}
     for name, text in scraped.items():
-        assert f'gpuledger_producer_records_total{{file="' in text and f'source="{name}"' in text, text[:2000]
+        assert 'gpuledger_producer_records_total{file="' in text and f'source="{name}"' in text, text[:2000]
         assert "gpuledger_producer_clock_offset_seconds" in text
 
     # the live run's facts
@@ -218,7 +168,7 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
 
     # ingesting what the live producers recorded gives the same facts
     again = Stack(tmp_path / "again", f"t{uuid.uuid4().hex[:10]}", env)
-    again.run("load", "inventory", str(inventory), "--cluster", "c1")
+    again.run("load", "inventory", str(inventory_file), "--cluster", "c1")
     again.run("ingest", str(capture))
     again.run("process", "--until-caught-up")
     assert again.facts(with_source=False) == live_facts
