@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class _Families:
         self.errors = Counter("gpuledger_producer_errors_total", "Failed reads of the source, by reason.",
                               ["source", "reason"], registry=registry)
         self.lag = Gauge("gpuledger_producer_lag_seconds",
-                         "Event time of now minus the event time of the newest observation published.",
+                         "Now minus the event time of the newest observation read from the source.",
                          ["source"], registry=registry)
         self.last_success = Gauge("gpuledger_producer_last_success_timestamp_seconds",
                                   "When the source was last read successfully (unix seconds).",
@@ -66,7 +67,11 @@ class ProducerMetrics:
         self.errors.labels(self.source, reason).inc()
 
     def observed(self, newest_ms: int, now_ms: int) -> None:
-        self.lag.labels(self.source).set(max(0, now_ms - newest_ms) / 1000)
+        """The source was read at ``now_ms``; its newest observation is ``newest_ms``. The lag
+        gauge is computed when scraped, so a source gone quiet shows a growing lag."""
+        host_offset_ms = now_ms - time.time() * 1000  # the producer's clock may be corrected
+        self.lag.labels(self.source).set_function(
+            lambda: max(0.0, time.time() * 1000 + host_offset_ms - newest_ms) / 1000)
         self.last_success.labels(self.source).set(now_ms / 1000)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
