@@ -25,10 +25,7 @@ import orjson
 import pytest
 
 from gpuledger.domain.timeutil import format_rfc3339
-from sources.dcgm_exporter import DcgmExporter
-from sources.kube_apiserver import KubeApiServer, namespace, pod
-from sources.kubelet_podresources import KubeletPodResources
-from sources.live_cluster import GPUS, NODE, Producer, assignments, inventory
+from sources.live_cluster import GPUS, NODE, Cluster, Producer, inventory
 from stack_support import GPULEDGER, Stack
 
 pytestmark = pytest.mark.integration
@@ -51,13 +48,8 @@ def test_clock_skew_of_five_minutes_between_sources(broker, tmp_path, record_tri
     inventory_file = tmp_path / "inventory.json"
     inventory_file.write_bytes(orjson.dumps(inventory()))
 
-    api = KubeApiServer(bookmark_interval_s=0.3).start()
-    for ns, tenant in (("team-a", "alpha"), ("team-b", "beta")):
-        api.add(namespace(ns, tenant=tenant))
-    p1, p2 = api.add(pod("train-1", "team-a", node=NODE)), api.add(pod("serve-1", "team-b", node=NODE))
-    held = {("team-a", "train-1"): GPUS[0:2], ("team-b", "serve-1"): GPUS[2:3]}
-    kubelet = KubeletPodResources(tmp_path / "kubelet.sock", response=assignments(held)).start()
-    dcgm = DcgmExporter()
+    cluster = Cluster(tmp_path)
+    api, kubelet, dcgm = cluster.api, cluster.kubelet, cluster.dcgm
 
     first_s = math.ceil(time.time() + 10)
     until_s = first_s + 10
@@ -83,15 +75,9 @@ def test_clock_skew_of_five_minutes_between_sources(broker, tmp_path, record_tri
         for p in producers:
             p.start()
         _wait_until(first_s + 2.5)  # half-way between grid ticks: every producer sees the same answers
-        api.delete(p1)
-        p3 = api.add(pod("train-2", "team-a", node=NODE))
-        del held[("team-a", "train-1")]
-        held[("team-a", "train-2")] = GPUS[0:2]
-        kubelet.set_response(assignments(held))
+        cluster.replace_training_pod()
         _wait_until(first_s + 5.5)
-        api.modify(dict(p2, status={**p2["status"], "phase": "Succeeded"}))
-        held.pop(("team-b", "serve-1"))
-        kubelet.set_response(assignments(held))
+        cluster.finish_serving_pod()
         _wait_until(until_s + 3)
         for p in producers:
             if p.label.startswith("skewed-uncorrected"):
@@ -106,9 +92,7 @@ def test_clock_skew_of_five_minutes_between_sources(broker, tmp_path, record_tri
                 os.killpg(p.proc.pid, signal.SIGKILL)
         if recorder.poll() is None:
             os.killpg(recorder.pid, signal.SIGKILL)
-        api.stop()
-        kubelet.stop()
-        dcgm.stop()
+        cluster.stop()
 
     # each skewed producer measured its host clock five minutes off, and said so
     for p in producers:
@@ -136,4 +120,3 @@ def test_clock_skew_of_five_minutes_between_sources(broker, tmp_path, record_tri
                  seconds=round(time.monotonic() - started, 1))
     assert (lost, extra) == (0, 0)
     assert differs > 0, "the uncorrected skew changed nothing: the trial cannot tell"
-    assert p3  # the new pod's allocation is part of the compared facts

@@ -22,10 +22,7 @@ import pytest
 
 from conftest import Stack
 from gpuledger.sinks.clickhouse import ClickHouseStore
-from sources.dcgm_exporter import DcgmExporter
-from sources.kube_apiserver import KubeApiServer, namespace, pod
-from sources.kubelet_podresources import KubeletPodResources
-from sources.live_cluster import GPUS, NODE, Producer, assignments, inventory
+from sources.live_cluster import NODE, Cluster, Producer, inventory
 
 pytestmark = pytest.mark.integration
 
@@ -68,13 +65,8 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     inventory_file.write_bytes(orjson.dumps(inventory()))
     live.run("load", "inventory", str(inventory_file), "--cluster", "c1")
 
-    api = KubeApiServer(bookmark_interval_s=0.3).start()
-    for ns, tenant in (("team-a", "alpha"), ("team-b", "beta")):
-        api.add(namespace(ns, tenant=tenant))
-    p1, p2 = api.add(pod("train-1", "team-a", node=NODE)), api.add(pod("serve-1", "team-b", node=NODE))
-    held = {("team-a", "train-1"): GPUS[0:2], ("team-b", "serve-1"): GPUS[2:3]}
-    kubelet = KubeletPodResources(tmp_path / "kubelet.sock", response=assignments(held)).start()
-    dcgm = DcgmExporter()
+    cluster = Cluster(tmp_path)
+    api, kubelet, dcgm = cluster.api, cluster.kubelet, cluster.dcgm
     access_log = tmp_path / "access.jsonl"
     access_log.touch()
 
@@ -114,17 +106,11 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
         time.sleep(1.0)
         producers["k8s"].kill()
         kills.append("k8s")
-        api.delete(p1)
-        p3 = api.add(pod("train-2", "team-a", node=NODE))
-        del held[("team-a", "train-1")]
-        held[("team-a", "train-2")] = GPUS[0:2]
-        kubelet.set_response(assignments(held))
+        cluster.replace_training_pod()
         time.sleep(1.0)
         producers["k8s"].start()
         time.sleep(3.0)
-        api.modify(dict(p2, status={**p2["status"], "phase": "Succeeded"}))
-        held.pop(("team-b", "serve-1"))
-        kubelet.set_response(assignments(held))
+        cluster.finish_serving_pod()
         time.sleep(3.0)  # quiet: the last watch lines are bookmarks
 
         urls = {name: p.metrics_url() for name, p in producers.items()}
@@ -135,9 +121,7 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
         for p in producers.values():
             if p.proc is not None and p.proc.poll() is None:
                 p.kill()
-        api.stop()
-        kubelet.stop()
-        dcgm.stop()
+        cluster.stop()
 
     # each producer served its metrics: records sent, by file
     assert set(scraped) == set(producers), {n: p.stderr()[-1500:] for n, p in producers.items()}
@@ -163,7 +147,8 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     # every transition of the API server is in the recorded watch stream
     seen = {(e["event"]["type"], e["event"]["object"]["metadata"].get("uid"))
             for e in map(orjson.loads, (capture / "k8s-watch.jsonl").read_bytes().splitlines())}
-    for t, obj in (("ADDED", p1), ("ADDED", p2), ("DELETED", p1), ("ADDED", p3), ("MODIFIED", p2)):
+    for t, obj in (("ADDED", cluster.p1), ("ADDED", cluster.p2), ("DELETED", cluster.p1), ("ADDED", cluster.p3),
+                   ("MODIFIED", cluster.p2)):
         assert (t, obj["metadata"]["uid"]) in seen, (t, obj["metadata"]["name"])
 
     # ingesting what the live producers recorded gives the same facts

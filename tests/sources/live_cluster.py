@@ -62,3 +62,42 @@ class Producer:
         return ""
 
 
+
+
+class Cluster:
+    """Two tenants' pods on the H100 node, served by a Kubernetes API (list and watch), a
+    kubelet PodResources socket and a dcgm-exporter; changed by the test while producers run."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        from sources.dcgm_exporter import DcgmExporter
+        from sources.kube_apiserver import KubeApiServer, namespace, pod
+        from sources.kubelet_podresources import KubeletPodResources
+
+        self._pod = pod
+        self.api = KubeApiServer(bookmark_interval_s=0.3).start()
+        for ns, tenant in (("team-a", "alpha"), ("team-b", "beta")):
+            self.api.add(namespace(ns, tenant=tenant))
+        self.p1 = self.api.add(pod("train-1", "team-a", node=NODE))
+        self.p2 = self.api.add(pod("serve-1", "team-b", node=NODE))
+        self.p3: dict | None = None
+        self.held = {("team-a", "train-1"): GPUS[0:2], ("team-b", "serve-1"): GPUS[2:3]}
+        self.kubelet = KubeletPodResources(tmp_path / "kubelet.sock", response=assignments(self.held)).start()
+        self.dcgm = DcgmExporter()
+
+    def replace_training_pod(self) -> None:
+        """train-1 ends; its GPUs go to a new pod, train-2."""
+        self.api.delete(self.p1)
+        self.p3 = self.api.add(self._pod("train-2", "team-a", node=NODE))
+        self.held[("team-a", "train-2")] = self.held.pop(("team-a", "train-1"))
+        self.kubelet.set_response(assignments(self.held))
+
+    def finish_serving_pod(self) -> None:
+        """serve-1 succeeds and gives its GPU back."""
+        self.api.modify(dict(self.p2, status={**self.p2["status"], "phase": "Succeeded"}))
+        self.held.pop(("team-b", "serve-1"))
+        self.kubelet.set_response(assignments(self.held))
+
+    def stop(self) -> None:
+        self.api.stop()
+        self.kubelet.stop()
+        self.dcgm.stop()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,47 +11,14 @@ from gpuledger.producers.dcgm_scrape import DcgmScrapeProducer, check_exposition
 from gpuledger.producers.lines import MemorySink
 from gpuledger.producers.runtime import ProducerMetrics
 from sources.dcgm_exporter import DcgmExporter, real_scrape
+from sources.harness import Running, errors, wait_for, wall_ms
 
 VLLM_METRICS = Path(__file__).resolve().parents[2] / "fixtures" / "inference" / "vllm-metrics-qwen2.5-0.5b.txt"
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def wait_for(condition, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-
-
-def errors(metrics: ProducerMetrics, reason: str) -> float:
-    return metrics.registry.get_sample_value("gpuledger_producer_errors_total",
-                                             {"source": "dcgm", "reason": reason}) or 0.0
 
 
 def records(metrics: ProducerMetrics) -> float:
     return metrics.registry.get_sample_value("gpuledger_producer_records_total",
                                              {"source": "dcgm", "file": "dcgm.jsonl"}) or 0.0
-
-
-class Running:
-    """A producer's run() on a thread, stopped on exit."""
-
-    def __init__(self, producer, sink) -> None:
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=producer.run, args=(sink, self.stop, wall_ms), daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        assert not self.thread.is_alive()
 
 
 def test_verbatim_exposition_at_grid_ticks_and_a_switched_body():

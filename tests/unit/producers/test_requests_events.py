@@ -20,6 +20,7 @@ from gpuledger.producers.requests_events import RequestHttpReceiver, RequestLogP
 from gpuledger.producers.runtime import ProducerMetrics, StateFile
 from gpuledger.schemas import Codec
 from gpuledger.streams.topics import Topics
+from sources.harness import Running, wait_for, wall_ms
 
 OPENAI_RESPONSE = {  # /work/shared/reference/inference/openai-chat-completion-response-dynamo-vllm.json, verbatim
     "id": "chatcmpl-aa7e69f2-bb23-47b8-8a9c-369e9f2f7c90",
@@ -28,18 +29,6 @@ OPENAI_RESPONSE = {  # /work/shared/reference/inference/openai-chat-completion-r
     "model": "Qwen/Qwen3-0.6B", "object": "chat.completion",
     "usage": {"prompt_tokens": 12, "completion_tokens": 64, "total_tokens": 76},
 }
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def wait_for(condition, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def record(i: int, **over) -> dict:
@@ -57,21 +46,6 @@ def jsonl(*records: dict) -> bytes:
 
 def ids(lines) -> list[str]:
     return [line["request_id"] for line in lines]
-
-
-class Running:
-    def __init__(self, producer, sink) -> None:
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=producer.run, args=(sink, self.stop, wall_ms), daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        assert not self.thread.is_alive()
 
 
 # -- the record ------------------------------------------------------------------------------

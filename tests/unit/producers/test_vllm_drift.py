@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -16,21 +15,10 @@ from gpuledger.producers.requests_events import RequestHttpReceiver
 from gpuledger.producers.runtime import ProducerMetrics
 from gpuledger.producers.vllm_drift import (RequestTally, TallySink, VllmDriftMonitor, accumulate_increase,
                                             drift_ratios)
+from sources.harness import wait_for, wall_ms
 from sources.vllm_server import FIXTURE_MODEL, VllmServer
 
 MODEL = FIXTURE_MODEL
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def wait_for(condition, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def line(i: int, prompt: int, completion: int, outcome: str = "success", model: str = MODEL,
