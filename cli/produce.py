@@ -144,8 +144,9 @@ def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_pro
     metrics = {src: ProducerMetrics(src, registry) for src in sources}
     producers = {src: build_producer(src, s, metrics[src], node) for src in sources}
     if s.producer_metrics_port >= 0:
-        port = metrics[sources[0]].serve(s.producer_metrics_port)
-        progress(f"produce: metrics at http://127.0.0.1:{port}/metrics")
+        port = metrics[sources[0]].serve(s.producer_metrics_port, s.metrics_addr)
+        shown = "127.0.0.1" if s.metrics_addr in ("0.0.0.0", "::") else s.metrics_addr
+        progress(f"produce: metrics at http://{shown}:{port}/metrics")
     clocks, threads = [], []
     for src, producer in producers.items():
         clock, now_ms = _clock(s, node, src, metrics[src], topics)

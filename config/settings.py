@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
     checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between processor checkpoints (0 = every batch).")
     query_port: int = Field(0, ge=0, description="Port of the worker's query endpoint (0 = any free port).")
+    worker_metrics_port: int = Field(
+        -1, ge=-1, description="Port of the `process` worker's Prometheus /metrics (0 = any free port, -1 = off).")
     close_max_unattributed_ratio: float = Field(
         0.02, ge=0, description="Close refuses when capacity allocated with no tenant exceeds this share of physical.")
     close_max_difference_ratio: float = Field(
@@ -53,6 +55,7 @@ class Settings(BaseSettings):
     node_name: str = Field("", description="Node a node producer runs on (PodResources, DCGM); default: the host name.")
     scrape_interval_s: float = Field(10.0, gt=0, description="Seconds between polls of PodResources, DCGM, vGPU and vLLM.")
     producer_metrics_port: int = Field(-1, ge=-1, description="Port of a producer's /metrics (0 = any free port, -1 = off).")
+    metrics_addr: str = Field("0.0.0.0", description="Address a producer's /metrics listens on (127.0.0.1 = this host only).")
     kube_api_url: str = Field("", description="Kubernetes API server URL; empty = kubeconfig, then in-cluster config.")
     kubeconfig: Path | None = Field(None, description="kubeconfig file for the Kubernetes watch (default ~/.kube/config).")
     watch_timeout_s: int = Field(300, ge=1, description="Seconds one watch request stays open before it is renewed.")
