@@ -345,9 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--out", help="where to write the capture (default HOME/demo-capture)")
     dm.add_argument("--hours", type=int, default=24)
     dm.set_defaults(func=cmd_demo)
-    from gpuledger.cli.produce import add_parsers
+    from gpuledger.cli import ops, produce
 
-    add_parsers(sub)
+    produce.add_parsers(sub)
+    ops.add_parsers(sub)
     cf = sub.add_parser("config", help="print the effective settings (validates them)")
     cf.add_argument("action", choices=["validate"])
     cf.set_defaults(func=cmd_config)

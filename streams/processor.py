@@ -44,6 +44,7 @@ class FlushResult:
     utilization_facts: int
     request_facts: int
     pending_samples: int
+    demand_facts: int = 0
 
 
 class Processor:
@@ -160,7 +161,8 @@ class Processor:
         self.store.write_facts(batch)  # 1. facts (and dead letters, above); on a StoreError they stay for the retry
         self._unwritten = FactBatch()
         pending = sum(a.pending_samples() for a in self.attributors.values())
-        result = FlushResult(len(batch.capacity), len(batch.utilization), len(batch.requests), pending)
+        result = FlushResult(len(batch.capacity), len(batch.utilization), len(batch.requests), pending,
+                             len(batch.demand))
         if not checkpoint:
             return result
         self.seq += 1

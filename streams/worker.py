@@ -34,6 +34,7 @@ from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.failpoint import OutageStore
 from gpuledger.stack.kafka import free_port
+from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.streams.processor import Processor
 from gpuledger.streams.topics import ensure_topics, read_extents, topics_for
 
@@ -103,8 +104,9 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
         store = OutageStore(store, *settings.failpoint_store_outage, time.monotonic)
     publisher = KafkaPublisher(settings.kafka_bootstrap)
     dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
-    proc = Processor(topics, store, dead.send, dead.flush, int(settings.dcgm_sample_span_s * 1000),
-                     int(settings.podresources_grace_s * 1000))
+    metrics = WorkerMetrics()
+    proc = Processor(topics, store, metrics.counting_dead_letters(dead.send), dead.flush,
+                     int(settings.dcgm_sample_span_s * 1000), int(settings.podresources_grace_s * 1000))
     restored = proc.restore()
     names = [t.name for t in topics.processed()]
     extents = read_extents(settings.kafka_bootstrap, names)
@@ -113,6 +115,10 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
     group = f"{settings.topic_prefix}-process"
     _align_group_offsets(settings.kafka_bootstrap, group, restored, extents, progress)
     progress(f"process: resuming at checkpoint {proc.seq}" if restored else "process: starting from the beginning")
+    source_topics = [t.name for t in topics.processed() if t is not topics.reference]
+    metrics.positions(proc.extents, proc.next_offsets, proc.partition_wm, source_topics)
+    if settings.worker_metrics_port >= 0:
+        progress(f"process: metrics at http://0.0.0.0:{metrics.serve(settings.worker_metrics_port)}/metrics")
 
     port = settings.query_port or free_port()
     (settings.home / "faust").mkdir(parents=True, exist_ok=True)
@@ -150,9 +156,11 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
         backoff, down_since = 0.5, None
         while True:
             try:
+                started = time.monotonic()
                 result = proc.flush(checkpoint)
                 break
             except StoreError as exc:
+                metrics.store_error()
                 down_since = down_since or time.monotonic()
                 progress(f"process: ClickHouse unavailable for {time.monotonic() - down_since:.0f}s ({exc}); "
                          f"retrying in {backoff:.1f}s")
@@ -165,6 +173,9 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
         stats["capacity"] += result.capacity_facts
         stats["utilization"] += result.utilization_facts
         stats["requests"] += result.request_facts
+        metrics.flushed(result.capacity_facts, result.utilization_facts, result.request_facts, result.demand_facts,
+                        result.pending_samples, time.monotonic() - started)
+        metrics.positions(proc.extents, proc.next_offsets, proc.partition_wm, source_topics)
         report(result.pending_samples)
 
     @app.agent(channel)
@@ -174,12 +185,14 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                 m = ev.message
                 proc.handle(m.topic, m.partition, m.offset, m.value)
             stats["records"] += len(events)
+            metrics.consumed(ev.message.topic for ev in events)
             await apply_flush()  # facts, then checkpoint; faust acks this batch only after we return
 
     @app.timer(1.0)
     async def housekeeping() -> None:
         if stopping.is_set():
             return
+        metrics.positions(proc.extents, proc.next_offsets, proc.partition_wm, source_topics)
         if until_caught_up and proc.caught_up(highs):
             await apply_flush(final=True)
             report(0, force=True)
