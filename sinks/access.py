@@ -1,0 +1,324 @@
+"""Tenant isolation in ClickHouse as tested values: roles, grants and row policies.
+
+Who reads what:
+
+- a **tenant** role per tenant (``gpuledger_tenant_<id>``) reads only its own rows of the
+  four fact tables (a permissive row policy ``tenant_id = '<id>'`` per table) and, through the
+  shared ``gpuledger_tenants`` role, the published rate cards (``reference_documents`` where
+  ``kind = 'ratecards'``: quotas and credits name other tenants). Nothing else: not the
+  inventory, the checkpoints or the closed ledger (every tenant's lines).
+- **analyst** reads every row of the facts, the reference documents and the inventory;
+  **finance** also the closed ledger. Both hold an explicit all-rows policy, so they keep
+  reading when the server refuses a table with policies to a user none of them applies to
+  (deploy/clickhouse/config.d: ``users_without_row_policies_can_read_rows = false``,
+  ``throw_on_unmatched_row_policies = true``).
+- **writer** (the worker) creates the schema and writes facts, checkpoints and closes.
+
+A user holding two tenant roles reads both tenants' rows (permissive policies are ORed).
+Plain views read with the invoker's policies (SQL SECURITY INVOKER, their default), so a view
+over the fact tables needs no policy of its own.
+
+The same model renders two ways: SQL for a ClickHouse server (``access_statements``), and,
+for the embedded engine, which runs every query as its one user ``default`` and keeps no
+SQL-defined users, the ``users.xml`` that gives that user one identity's grants and row
+filters (``AccessModel.embedded_users_xml``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+from xml.sax.saxutils import escape
+
+__all__ = ["ANALYST_TABLES", "FINANCE_TABLES", "POLICY_TABLES", "TENANT_FACT_TABLES", "WRITER_ONLY_TABLES",
+           "AccessModel", "Grant", "Policy", "access_statements", "check_tenant_id", "demo_users", "render_sql"]
+
+TENANT_FACT_TABLES = ("capacity_facts", "utilization_facts", "request_facts", "demand_facts")
+# Shared tables a tenant may read, and which of their rows.
+SHARED_TABLE_FILTERS = {"reference_documents": "kind = 'ratecards'"}
+POLICY_TABLES = TENANT_FACT_TABLES + tuple(SHARED_TABLE_FILTERS)
+ANALYST_TABLES = POLICY_TABLES + ("inventory_gpus", "inventory_unavailable")
+FINANCE_TABLES = ANALYST_TABLES + ("ledger_documents",)
+WRITER_ONLY_TABLES = ("processor_checkpoints",)
+WRITER_PRIVILEGES = ("SELECT", "INSERT", "CREATE DATABASE", "CREATE TABLE", "ALTER ADD COLUMN")
+READER_SETTINGS = {"readonly": 2}  # reads and per-query settings only; cannot lift itself
+
+# Kubernetes label values (where tenant ids come from): quoting them is then never needed.
+_TENANT_ID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def check_tenant_id(tenant_id: str) -> str:
+    """A tenant id usable in a role name and a string literal (a Kubernetes label value)."""
+    if not isinstance(tenant_id, str) or not _TENANT_ID.fullmatch(tenant_id):
+        raise ValueError(f"{tenant_id!r}: a tenant id is 1-63 letters, digits, '.', '_' or '-', "
+                         "starting and ending with a letter or digit")
+    return tenant_id
+
+
+def _ident(name: str) -> str:
+    return f"`{name}`"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """``privileges`` on ``database.table`` (``table`` None: every table of the database) to ``role``."""
+    role: str
+    privileges: tuple[str, ...]
+    database: str
+    table: str | None
+
+    @property
+    def target(self) -> str:
+        return f"{self.database}.{self.table or '*'}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A permissive row policy: ``roles`` read the rows of ``database.table`` where ``condition`` holds."""
+    name: str
+    database: str
+    table: str
+    condition: str
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AccessModel:
+    """The access model of one database; ``prefix`` namespaces its roles on a shared server."""
+    database: str = "gpuledger"
+    prefix: str = "gpuledger"
+
+    def __post_init__(self) -> None:
+        for value in (self.database, self.prefix):
+            if not _NAME.fullmatch(value):
+                raise ValueError(f"{value!r}: a database name or prefix is [A-Za-z_][A-Za-z0-9_]*")
+
+    @property
+    def tenants_role(self) -> str:
+        return f"{self.prefix}_tenants"
+
+    @property
+    def analyst(self) -> str:
+        return f"{self.prefix}_analyst"
+
+    @property
+    def finance(self) -> str:
+        return f"{self.prefix}_finance"
+
+    @property
+    def writer(self) -> str:
+        return f"{self.prefix}_writer"
+
+    @property
+    def reader_profile(self) -> str:
+        return f"{self.prefix}_reader"
+
+    @property
+    def base_roles(self) -> tuple[str, ...]:
+        return self.tenants_role, self.analyst, self.finance, self.writer
+
+    def tenant_role(self, tenant_id: str) -> str:
+        return f"{self.prefix}_tenant_{check_tenant_id(tenant_id)}"
+
+    def is_role(self, name: str) -> bool:
+        """A base role, or a tenant role of a well-formed tenant id."""
+        tenant = name.removeprefix(f"{self.prefix}_tenant_")
+        return name in self.base_roles or (tenant != name and bool(_TENANT_ID.fullmatch(tenant)))
+
+    @staticmethod
+    def tenant_condition(tenant_id: str) -> str:
+        return f"tenant_id = '{check_tenant_id(tenant_id)}'"
+
+    def grants(self) -> list[Grant]:
+        """Table privileges of the base roles (tenant roles hold none of their own)."""
+        db = self.database
+        out = [Grant(self.tenants_role, ("SELECT",), db, t) for t in POLICY_TABLES]
+        out += [Grant(self.analyst, ("SELECT",), db, t) for t in ANALYST_TABLES]
+        out += [Grant(self.finance, ("SELECT",), db, t) for t in FINANCE_TABLES]
+        out.append(Grant(self.writer, WRITER_PRIVILEGES, db, None))
+        return out
+
+    def policies(self, tenant_ids: Iterable[str] = ()) -> list[Policy]:
+        db = self.database
+        everyone = (self.analyst, self.finance, self.writer)
+        out = [Policy(f"{self.prefix}_all_rows", db, t, "1", everyone) for t in POLICY_TABLES]
+        out += [Policy(f"{self.prefix}_tenants_shared", db, t, cond, (self.tenants_role,))
+                for t, cond in SHARED_TABLE_FILTERS.items()]
+        for tenant_id in _unique(tenant_ids):
+            role = self.tenant_role(tenant_id)
+            out += [Policy(role, db, t, self.tenant_condition(tenant_id), (role,)) for t in TENANT_FACT_TABLES]
+        return out
+
+    # SQL for a server -------------------------------------------------------------------------
+
+    def base_statements(self) -> list[str]:
+        """Roles, the readers' settings profile, table grants and the shared and all-rows policies."""
+        out = [f"CREATE ROLE IF NOT EXISTS {_ident(r)}" for r in self.base_roles]
+        settings = ", ".join(f"{k} = {v}" for k, v in READER_SETTINGS.items())
+        readers = ", ".join(_ident(r) for r in (self.tenants_role, self.analyst, self.finance))
+        out.append(f"CREATE SETTINGS PROFILE OR REPLACE {_ident(self.reader_profile)} SETTINGS {settings} TO {readers}")
+        out += [_grant_sql(g) for g in self.grants()]
+        out += [_policy_sql(p) for p in self.policies()]
+        return out
+
+    def tenant_statements(self, tenant_id: str) -> list[str]:
+        """What onboarding one tenant runs: its role, the shared tenant grants, its row policies."""
+        role = self.tenant_role(tenant_id)
+        out = [f"CREATE ROLE IF NOT EXISTS {_ident(role)}", f"GRANT {_ident(self.tenants_role)} TO {_ident(role)}"]
+        return out + [_policy_sql(p) for p in self.policies([tenant_id]) if p.roles == (role,)]
+
+    def drop_tenant_statements(self, tenant_id: str) -> list[str]:
+        """Offboarding: the tenant's policies and role go; its users lose the role with it."""
+        role = self.tenant_role(tenant_id)
+        out = [f"DROP ROW POLICY IF EXISTS {_ident(role)} ON {self.database}.{t}" for t in TENANT_FACT_TABLES]
+        return out + [f"DROP ROLE IF EXISTS {_ident(role)}"]
+
+    def user_statements(self, user: str, roles: Sequence[str], password_sha256_hex: str) -> list[str]:
+        """A login holding ``roles`` (all enabled at login: a new user's default roles are ALL)."""
+        if not _USER.fullmatch(user):
+            raise ValueError(f"{user!r}: a user name is letters, digits, '_', '.' or '-'")
+        if not _SHA256_HEX.fullmatch(password_sha256_hex):
+            raise ValueError("password_sha256_hex: the lowercase hex SHA-256 of the password (64 characters)")
+        for role in roles:
+            if not self.is_role(role):
+                raise ValueError(f"{role!r} is not a role of this model")
+        if not roles:
+            raise ValueError(f"{user!r}: a user needs at least one role")
+        return [f"CREATE USER IF NOT EXISTS {_ident(user)} IDENTIFIED WITH sha256_hash BY '{password_sha256_hex}'",
+                f"GRANT {', '.join(_ident(r) for r in roles)} TO {_ident(user)}"]
+
+    def drop_user_statements(self, user: str) -> list[str]:
+        if not _USER.fullmatch(user):
+            raise ValueError(f"{user!r}: a user name is letters, digits, '_', '.' or '-'")
+        return [f"DROP USER IF EXISTS {_ident(user)}"]
+
+    def drop_base_statements(self) -> list[str]:
+        """Everything ``base_statements`` made (tenants first: ``drop_tenant_statements``)."""
+        out = [f"DROP ROW POLICY IF EXISTS {_ident(p.name)} ON {p.database}.{p.table}" for p in self.policies()]
+        out.append(f"DROP SETTINGS PROFILE IF EXISTS {_ident(self.reader_profile)}")
+        return out + [f"DROP ROLE IF EXISTS {_ident(r)}" for r in self.base_roles]
+
+    def shadow_database_statements(self, database: str) -> list[str]:
+        """Lets the writer build and drop a replay's shadow database (its tables carry no policies)."""
+        if not _NAME.fullmatch(database) or database == self.database:
+            raise ValueError(f"{database!r}: a shadow database is another plain database name")
+        return [f"GRANT {', '.join(WRITER_PRIVILEGES)}, DROP DATABASE ON {database}.* TO {_ident(self.writer)}"]
+
+    def statements(self, tenant_ids: Iterable[str]) -> list[str]:
+        out = self.base_statements()
+        for tenant_id in _unique(tenant_ids):
+            out += self.tenant_statements(tenant_id)
+        return out
+
+    # The embedded engine's one identity --------------------------------------------------------
+
+    def embedded_users_xml(self, *, roles: Sequence[str] = (), tenant_ids: Sequence[str] = ()) -> str:
+        """users.xml whose ``default`` user holds ``roles`` plus the tenant roles of ``tenant_ids``:
+        their table grants, and per policy table the OR of their policies' conditions, or ``0``
+        when none applies (no rows; the server configured as deploy/clickhouse/config.d
+        refuses that read with an error instead)."""
+        unknown = set(roles) - set(self.base_roles)
+        if unknown:
+            raise ValueError(f"not base roles of this model (tenant roles come with tenant_ids): {sorted(unknown)}")
+        held = set(roles) | {self.tenant_role(t) for t in tenant_ids} | ({self.tenants_role} if tenant_ids else set())
+        if not held:
+            raise ValueError("an identity holds at least one role")
+        grants = [g for g in self.grants() if g.role in held]
+        readable = {(g.database, g.table) for g in grants}
+        conditions: dict[str, list[str]] = {}
+        for p in self.policies(tenant_ids):
+            if held & set(p.roles) and p.condition not in conditions.setdefault(p.table, []):
+                conditions[p.table].append(p.condition)
+        filters = {t: _or(conditions.get(t, [])) for t in POLICY_TABLES
+                   if (self.database, t) in readable or (self.database, None) in readable}
+        reader = bool(held & {self.tenants_role, self.analyst, self.finance})
+        profile = "".join(f"<{k}>{v}</{k}>" for k, v in READER_SETTINGS.items()) if reader else ""
+        queries = "".join(f"<query>{escape(_grant_sql(g, to_role=False))}</query>" for g in grants)
+        tables = "".join(f"<{t}><filter>{escape(f)}</filter></{t}>" for t, f in filters.items())
+        return ("<clickhouse>\n"
+                f"  <profiles><default/><identity>{profile}</identity></profiles>\n"
+                "  <quotas><default/></quotas>\n"
+                "  <users><default>\n"
+                "    <no_password/><networks><ip>::/0</ip></networks><profile>identity</profile><quota>default</quota>\n"
+                f"    <grants>{queries}</grants>\n"
+                f"    <databases><{self.database}>{tables}</{self.database}></databases>\n"
+                "  </default></users>\n"
+                "</clickhouse>\n")
+
+
+def _grant_sql(g: Grant, to_role: bool = True) -> str:
+    sql = f"GRANT {', '.join(g.privileges)} ON {g.target}"
+    return f"{sql} TO {_ident(g.role)}" if to_role else sql
+
+
+def _policy_sql(p: Policy) -> str:
+    to = ", ".join(_ident(r) for r in p.roles)
+    return (f"CREATE ROW POLICY OR REPLACE {_ident(p.name)} ON {p.database}.{p.table} "
+            f"FOR SELECT USING {p.condition} AS PERMISSIVE TO {to}")
+
+
+def _or(conditions: list[str]) -> str:
+    if not conditions:
+        return "0"
+    return conditions[0] if len(conditions) == 1 else " OR ".join(f"({c})" for c in conditions)
+
+
+def _unique(tenant_ids: Iterable[str]) -> list[str]:
+    if isinstance(tenant_ids, str):
+        raise TypeError("tenant_ids: an iterable of tenant ids, not one string")
+    return sorted({check_tenant_id(t) for t in tenant_ids})
+
+
+def access_statements(tenant_ids: Iterable[str], database: str = "gpuledger") -> list[str]:
+    """Every statement that grants ``tenant_ids`` their own rows (and the base roles), in order;
+    idempotent: roles and users IF NOT EXISTS, policies and the profile OR REPLACE."""
+    return AccessModel(database).statements(tenant_ids)
+
+
+def render_sql(statements: Iterable[str], header: str = "") -> str:
+    """A script: one statement a line, each ended by ``;`` (``header`` lines become ``--`` comments)."""
+    lines = [f"-- {h}".rstrip() for h in header.splitlines()] if header else []
+    return "\n".join(lines + [f"{s};" for s in statements]) + "\n"
+
+
+def demo_users(model: AccessModel, tenant_ids: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The demo stack's logins: the worker, Grafana (analyst), FinOps, and ``tenant_<id>`` per tenant."""
+    users = [("gpuledger_worker", (model.writer,)), ("grafana", (model.analyst,)), ("finops", (model.finance,))]
+    return users + [(f"tenant_{t}", (model.tenant_role(t),)) for t in _unique(tenant_ids)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the access script (default: the demo tenants), or with --demo-users the demo logins,
+    each with its own name as password."""
+    import argparse
+    import hashlib
+
+    parser = argparse.ArgumentParser(prog="python -m gpuledger.sinks.access", description=main.__doc__)
+    parser.add_argument("--tenant", action="append", dest="tenants", help="a tenant id (repeatable)")
+    parser.add_argument("--database", default="gpuledger")
+    parser.add_argument("--demo-users", action="store_true")
+    args = parser.parse_args(argv)
+    if args.tenants is None:
+        from gpuledger.demo.plan import TENANTS
+        args.tenants = TENANTS
+    model = AccessModel(args.database)
+    if args.demo_users:
+        statements = [s for user, roles in demo_users(model, args.tenants)
+                      for s in model.user_statements(user, roles, hashlib.sha256(user.encode()).hexdigest())]
+        header = ("Demo logins of the compose stack (apply after access.sql). Each password is the user's name:\n"
+                  "for anything but the demo, create users with AccessModel.user_statements and real secrets.\n"
+                  "Generated by: python -m gpuledger.sinks.access --demo-users")
+    else:
+        statements = model.statements(args.tenants)
+        header = ("Roles, grants and row policies of the gpuledger database: a tenant role reads only its rows.\n"
+                  "Generated by: python -m gpuledger.sinks.access (AccessModel.tenant_statements onboards one tenant)")
+    print(render_sql(statements, header), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Runs requests against the embedded engine as one identity, in a process of its own.
+
+    python chdb_identity.py DATA_DIR USERS_XML|- < requests.json > results.json
+
+The embedded engine has one user, ``default``, fixed when the process opens it: USERS_XML
+(rendered by ``AccessModel.embedded_users_xml``) gives it an identity's grants and row
+filters; ``-`` opens it with the engine's built-in unrestricted user. Run it in an empty
+working directory: the engine also reads a ``config.xml`` it finds there.
+
+A request is ``{"ensure_schema": true}``, ``{"insert": TABLE, "columns": [...], "rows": [...]}``,
+``{"command": SQL}`` or ``{"sql": SQL, "parameters": {...}}``; each result is ``{"rows": [...]}``
+(``{"ok": true}`` for the others) or ``{"error": "<first line of the engine's refusal>"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import clickhouse_connect
+
+from gpuledger.sinks.base import StoreError
+from gpuledger.sinks.clickhouse import ClickHouseStore
+
+
+class IdentityStore(ClickHouseStore):
+    """The project's store on the embedded engine opened with a users.xml of one identity."""
+
+    def __init__(self, data_dir: str, users_xml: str | None, database: str = "gpuledger") -> None:
+        options = {}
+        if users_xml:
+            config = Path(data_dir).parent / f"{Path(users_xml).stem}-config.xml"
+            config.write_text(f"<clickhouse><users_config>{Path(users_xml).resolve()}</users_config></clickhouse>\n")
+            options["config-file"] = str(config)
+        self.dsn, self.db = f"chdb://{data_dir}", database
+        self.client = clickhouse_connect.get_client(interface="chdb", path=data_dir, chdb_options=options or None)
+
+
+def _run(store: ClickHouseStore, request: dict) -> dict:
+    try:
+        if request.get("ensure_schema"):
+            store.ensure_schema()
+        elif "insert" in request:
+            store.insert(request["insert"], request["rows"], request["columns"])
+        elif "command" in request:
+            store.command(request["command"])
+        else:
+            _, rows = store.query(request["sql"], request.get("parameters"))
+            return {"rows": [list(r) for r in rows]}
+    except StoreError as exc:
+        return {"error": str(exc)}
+    return {"ok": True}
+
+
+def main(argv: list[str]) -> int:
+    data_dir, users_xml = argv[1], (None if argv[2] == "-" else argv[2])
+    store = IdentityStore(data_dir, users_xml)
+    try:
+        results = [_run(store, r) for r in json.load(sys.stdin)]
+    finally:
+        store.close()
+    json.dump(results, sys.stdout, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,227 @@
+"""Tenant isolation enforced by the ClickHouse engine, not by the queries.
+
+On the embedded engine (here and in CI): each identity of the access model gets a process of
+its own whose one user carries that identity's grants and row filters
+(``AccessModel.embedded_users_xml``); the engine then refuses or filters. The SQL script
+itself (roles, ``CREATE ROW POLICY``, users) needs a server: the embedded engine has no
+storage for SQL-defined users and runs every query as ``default``. Here every statement of
+it goes through the engine's parser, and ``test_access_sql_on_a_server`` applies it to the
+server named by ``GPULEDGER_TEST_CLICKHOUSE_URL`` (an admin login, e.g.
+``http://admin:secret@127.0.0.1:8123``) with ``make test-clickhouse-server``; ``make test``
+leaves it out (marker ``clickhouse_server``), as no ClickHouse server can be installed here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from gpuledger.sinks.access import AccessModel
+from gpuledger.sinks.base import StoreError
+from gpuledger.sinks.clickhouse import ClickHouseStore
+from isolation_cases import (TENANTS, Runner, assert_reads_every_tenant, assert_tenant_isolated, load_requests,
+                             probes, refused)
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).resolve().parent
+DEPLOY = HERE.parents[1] / "deploy" / "clickhouse"
+ACME, GLOBEX = TENANTS
+MODEL = AccessModel()
+
+
+class EmbeddedEngine:
+    """One on-disk embedded engine; each ``runner`` opens it in a new process as one identity."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.data = root, root / "data"
+        (root / "cwd").mkdir(parents=True, exist_ok=True)
+
+    def runner(self, name: str, users_xml: str | None) -> Runner:
+        path = "-"
+        if users_xml is not None:
+            path = str(self.root / f"{name}.xml")
+            Path(path).write_text(users_xml)
+
+        def run(requests: list[tuple[str, dict]]) -> dict[str, dict]:
+            done = subprocess.run([sys.executable, str(HERE / "chdb_identity.py"), str(self.data), path],
+                                  input=json.dumps([r for _, r in requests]), capture_output=True, text=True,
+                                  cwd=self.root / "cwd", timeout=300)
+            assert done.returncode == 0, f"{name}: the engine process failed:\n{done.stderr[-3000:]}"
+            return dict(zip([n for n, _ in requests], json.loads(done.stdout)))
+        return run
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> EmbeddedEngine:
+    """The project's schema and facts, written as the writer identity (its grants must suffice)."""
+    eng = EmbeddedEngine(tmp_path_factory.mktemp("isolation"))
+    results = eng.runner("writer", MODEL.embedded_users_xml(roles=[MODEL.writer]))(load_requests())
+    failed = {n: r for n, r in results.items() if "error" in r}
+    assert failed == {}, f"the writer's grants did not suffice for the worker's writes: {failed}"
+    return eng
+
+
+@pytest.fixture(scope="module")
+def analyst_seen(engine) -> dict[str, dict]:
+    return engine.runner("analyst", MODEL.embedded_users_xml(roles=[MODEL.analyst]))(probes("gpuledger", ACME, GLOBEX))
+
+
+@pytest.mark.parametrize("me,other", [(ACME, GLOBEX), (GLOBEX, ACME)])
+def test_a_tenant_reads_only_its_own_rows_and_nothing_else(engine, analyst_seen, me, other):
+    seen = engine.runner(me, MODEL.embedded_users_xml(tenant_ids=[me]))(probes("gpuledger", me, other))
+    assert_tenant_isolated(seen, analyst_seen, me)
+
+
+def test_the_same_probes_without_isolation_read_other_tenants(engine, analyst_seen):
+    # The unrestricted engine answers the cross-tenant probes with rows: the zeros above are
+    # the engine's row policies at work, not probes that could never return anything.
+    reads = [p for p in probes("gpuledger", ACME, GLOBEX) if "sql" in p[1]]
+    seen = engine.runner("unrestricted", None)(reads)
+    assert seen["other capacity_facts"]["rows"][0][0] > 0
+    assert seen["not_mine request_facts"]["rows"][0][0] > 0
+    assert seen["showback capacity"] == analyst_seen["showback capacity"]
+    assert seen["read ledger_documents"] == {"rows": [[1]]}
+
+
+def test_analyst_and_finance_read_every_tenant_and_only_finance_the_ledger(engine, analyst_seen):
+    assert_reads_every_tenant(analyst_seen, "analyst")
+    assert refused(analyst_seen["read ledger_documents"])
+    finance = engine.runner("finance", MODEL.embedded_users_xml(roles=[MODEL.finance]))(probes("gpuledger", ACME, GLOBEX))
+    assert_reads_every_tenant(finance, "finance")
+    assert finance["read ledger_documents"] == {"rows": [[1]]}
+
+
+def test_a_login_of_two_tenants_reads_both_and_a_tenant_without_a_policy_reads_none(engine):
+    both = engine.runner("both", MODEL.embedded_users_xml(tenant_ids=[ACME, GLOBEX]))(probes("gpuledger", ACME, GLOBEX))
+    assert both["by_tenant capacity_facts"]["rows"] == [[ACME, 3], [GLOBEX, 2]]
+    assert both["not_mine capacity_facts"] == {"rows": [[2]]}  # globex's, never the unattributed ones
+    bare = engine.runner("bare", MODEL.embedded_users_xml(roles=[MODEL.tenants_role]))(probes("gpuledger", ACME, GLOBEX))
+    assert bare["by_tenant capacity_facts"] == {"rows": []}
+    assert bare["reference kinds"] == {"rows": [["ratecards"]]}
+
+
+def test_the_writer_writes_and_reads_everything_but_cannot_drop_or_delete(engine):
+    requests = [p for p in probes("gpuledger", ACME, GLOBEX) if p[0] != "write"]
+    seen = engine.runner("writer", MODEL.embedded_users_xml(roles=[MODEL.writer]))(requests)
+    assert seen["by_tenant capacity_facts"]["rows"] == [["", 2], [ACME, 3], [GLOBEX, 2]]
+    assert seen["read processor_checkpoints"] == {"rows": [[1]]}
+    assert refused(seen["drop"]) and refused(seen["delete"])
+
+
+def _statements(path: Path) -> list[str]:
+    body = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("--"))
+    return [s.strip() for s in body.split(";\n") if s.strip()]
+
+
+def test_every_statement_of_the_access_scripts_parses_as_clickhouse_sql(engine):
+    model = AccessModel()
+    statements = _statements(DEPLOY / "access.sql") + _statements(DEPLOY / "demo-users.sql")
+    statements += model.drop_tenant_statements("ml-platform") + model.drop_base_statements()
+    statements += model.shadow_database_statements("replay_2026_10") + model.drop_user_statements("tenant_acme")
+    assert len(statements) > 60
+    requests = [(s, {"sql": "SELECT formatQuerySingleLine(%(q)s)", "parameters": {"q": s}}) for s in statements]
+    parsed = engine.runner("parser", None)(requests)
+    bad = {s: r["error"] for s, r in parsed.items() if "error" in r}
+    assert bad == {}
+    policy = next(s for s in statements if "USING tenant_id = 'ml-platform'" in s and "request_facts" in s)
+    formatted = parsed[policy]["rows"][0][0]
+    assert "USING tenant_id = 'ml-platform'" in formatted and "TO `gpuledger_tenant_ml-platform`" in formatted
+    assert "AS permissive" in formatted or "AS PERMISSIVE" in formatted
+    # The parser refuses a damaged statement: the check above can fail.
+    broken = engine.runner("parser", None)([("x", {"sql": "SELECT formatQuerySingleLine(%(q)s)",
+                                                   "parameters": {"q": policy.replace(" TO ", " TOO ")}})])
+    assert "error" in broken["x"]
+
+
+# On a ClickHouse server -----------------------------------------------------------------------
+
+
+def _login(url: str, user: str, password: str) -> str:
+    parts = urlsplit(url)
+    netloc = f"{user}:{password}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _server_runner(dsn: str, database: str) -> Runner:
+    def run(requests: list[tuple[str, dict]]) -> dict[str, dict]:
+        store = ClickHouseStore(dsn, database)
+        out = {}
+        try:
+            for name, r in requests:
+                try:
+                    if r.get("ensure_schema"):
+                        store.ensure_schema()
+                    elif "insert" in r:
+                        store.insert(r["insert"], r["rows"], r["columns"])
+                    elif "command" in r:
+                        store.command(r["command"])
+                    else:
+                        out[name] = {"rows": [list(row) for row in store.query(r["sql"], r.get("parameters"))[1]]}
+                        continue
+                    out[name] = {"ok": True}
+                except StoreError as exc:
+                    out[name] = {"error": str(exc)}
+        finally:
+            store.close()
+        return out
+    return run
+
+
+@pytest.mark.clickhouse_server
+def test_access_sql_on_a_server():
+    url = os.environ.get("GPULEDGER_TEST_CLICKHOUSE_URL")
+    assert url, ("set GPULEDGER_TEST_CLICKHOUSE_URL=http://admin:PASSWORD@HOST:8123 to a ClickHouse server (20.4+): "
+                 "the SQL roles and row policies need one (`make test-clickhouse-server`)")
+    tag = secrets.token_hex(4)
+    db, model = f"gpltest_{tag}", AccessModel(f"gpltest_{tag}", prefix=f"gpltest_{tag}")
+    a, b = f"{ACME}-{tag}", f"{GLOBEX}-{tag}"
+    logins = {"writer": [model.writer], "analyst": [model.analyst], a: [model.tenant_role(a)],
+              b: [model.tenant_role(b)]}
+    passwords = {who: secrets.token_hex(12) for who in logins}
+    users = {who: f"gpltest_{tag}_{i}" for i, who in enumerate(logins)}
+    admin = ClickHouseStore(url, db)
+    try:
+        for s in model.statements([a, b]):
+            admin.command(s)
+        for who, roles in logins.items():
+            for s in model.user_statements(users[who], roles, hashlib.sha256(passwords[who].encode()).hexdigest()):
+                admin.command(s)
+        login = {who: _server_runner(_login(url, users[who], passwords[who]), db) for who in logins}
+        loaded = login["writer"](_rename_tenants(load_requests(), {ACME: a, GLOBEX: b}))
+        assert {n: r for n, r in loaded.items() if "error" in r} == {}
+        analyst = login["analyst"](probes(db, a, b))
+        assert {r[0] for r in analyst["showback capacity"]["rows"]} == {a, b}
+        for me, other in ((a, b), (b, a)):
+            seen = login[me](probes(db, me, other))
+            assert_tenant_isolated(_rename_back(seen, {a: ACME, b: GLOBEX}), _rename_back(analyst, {a: ACME, b: GLOBEX}),
+                                   {a: ACME, b: GLOBEX}[me])
+    finally:
+        for s in ([st for u in users.values() for st in model.drop_user_statements(u)]
+                  + [st for t in (a, b) for st in model.drop_tenant_statements(t)]
+                  + model.drop_base_statements() + [f"DROP DATABASE IF EXISTS {db}"]):
+            admin.command(s)
+        admin.close()
+
+
+def _rename_tenants(requests: list[tuple[str, dict]], names: dict[str, str]) -> list[tuple[str, dict]]:
+    out = []
+    for name, r in requests:
+        if "rows" in r and "tenant_id" in r["columns"]:
+            i = r["columns"].index("tenant_id")
+            r = {**r, "rows": [row[:i] + [names.get(row[i], row[i])] + row[i + 1:] for row in r["rows"]]}
+        out.append((name, r))
+    return out
+
+
+def _rename_back(seen: dict[str, dict], names: dict[str, str]) -> dict[str, dict]:
+    return {n: ({"rows": [[names.get(v, v) if isinstance(v, str) else v for v in row] for row in r["rows"]]}
+                if "rows" in r else r) for n, r in seen.items()}
