@@ -1,14 +1,14 @@
 # Everything installs itself: a virtualenv with the Python deps, and the Kafka 3.9.2 jars
 # from Maven Central into .cache/. Nothing needs to be installed by hand beyond
-# python3 (3.11+), Java 17 and Maven. The tests also render a statement in Debian's
-# chromium; `make test` installs it with apt-get when it is missing (as root, or with sudo).
+# python3 (3.11+), Java 17 and Maven. The tests also use Debian's chromium, promtool and
+# amtool; `make test` installs them with apt-get when missing (as root, or with sudo).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 KAFKA_LIBS := .cache/kafka-3.9.2/libs
 export GPULEDGER_KAFKA_LIBS ?= $(CURDIR)/$(KAFKA_LIBS)
 
-.PHONY: setup demo test unit integration faults bench stack-up stack-down kafka-jars chromium clean
+.PHONY: setup demo test unit integration faults bench stack-up stack-down kafka-jars tools test-clickhouse-server clean
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -31,24 +31,32 @@ $(KAFKA_LIBS)/.complete: stack/kafka-pom.xml
 demo: setup
 	$(BIN)/gpuledger demo
 
-chromium:
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+# Debian packages the tests run: chromium (renders a statement), promtool and amtool (check
+# and unit-test the alert rules and the Alertmanager routing).
+TOOLS := chromium:chromium promtool:prometheus amtool:prometheus-alertmanager
+tools:
+	@missing=""; for t in $(TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
+	[ -z "$$missing" ] || { \
 	  sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo -n"; \
 	  if command -v apt-get >/dev/null && { [ -z "$$sudo" ] || sudo -n true 2>/dev/null; }; then \
-	    echo "installing Debian's chromium (headless statement rendering in the tests)"; \
-	    $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    echo "installing Debian's$$missing (used by the tests)"; \
+	    $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  else \
-	    echo "chromium is missing: install Debian's chromium package (apt-get install chromium)"; exit 1; \
+	    echo "missing Debian packages:$$missing (apt-get install$$missing)"; exit 1; \
 	  fi; }
 
-test: setup chromium
+test: setup tools
 	$(BIN)/pytest -q -ra
 
-unit: setup
+unit: setup tools
 	$(BIN)/pytest -q -ra tests/unit
 
-integration: setup chromium
+integration: setup tools
 	$(BIN)/pytest -q -ra tests/integration
+
+test-clickhouse-server: setup
+	@[ -n "$$GPULEDGER_TEST_CLICKHOUSE_URL" ] || { echo "set GPULEDGER_TEST_CLICKHOUSE_URL=http://admin:PASSWORD@HOST:8123 (a ClickHouse server, 20.4+)"; exit 1; }
+	$(BIN)/pytest -q -ra -m clickhouse_server tests/integration/test_tenant_isolation.py
 
 faults: setup
 	$(BIN)/pytest -q -ra tests/faults
