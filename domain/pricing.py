@@ -132,7 +132,7 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
         out.recoverable += pool
         if pool and allocated:
             whole = sum(allocated.values())
-            for tenant, part in cents(pool, {t: Fraction(v) for t, v in allocated.items()}).items():
+            for tenant, part in sorted(cents(pool, {t: Fraction(v) for t, v in allocated.items()}).items()):
                 share = _decimal(Fraction(allocated[tenant], whole))
                 out.lines.append(Line("tenant", tenant, "overhead", "overhead", "share", share, pool, part,
                                       part, card.version, cap.from_ms, cap.to_ms,

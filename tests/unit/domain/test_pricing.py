@@ -21,11 +21,13 @@ QUOTAS = parse_quotas([{"tenant_id": "a", "gpu_class": "H100", "guaranteed_gpus"
                         "valid_from": "2026-10-01T00:00:00Z"}])
 
 
-def _priced(physical_gpus=4, credits=(), unreconciled_h=0.0, classes=("H100",)):
+def _priced(physical_gpus=4, credits=(), unreconciled_h=0.0, classes=("H100",), reverse_rows=False):
     held = [("a", "H100", "H100", OCT, OCT + 10 * H, 2.0),  # a: 1 guaranteed + 1 borrowed for 10 h
             ("a", "H100", "H100/3g.40gb", OCT, OCT + 7 * H, 3 / 7),
             ("b", "H100", "H100", OCT + 2 * H, OCT + 5 * H, 1.0)]
     held += [("c", "A100", "A100", OCT, OCT + H, 1.0)] if "A100" in classes else []
+    if reverse_rows:  # rows come from a query: their order is not part of the evidence
+        held.reverse()
     window = NOV - OCT
     cap = WindowCapacity(OCT, NOV, {"H100": physical_gpus * window}, {
         ("H100", "unallocated"): physical_gpus * window / H - 20 - 3 - 3 - 4 - unreconciled_h,
@@ -82,3 +84,8 @@ def test_overhead_split_by_allocation_in_whole_cents():
     # a: 20 + 3 = 23 GPU-hours, b: 3
     assert {ln.tenant_id: ln.amount for ln in overhead} == {"a": Decimal("88.46"), "b": Decimal("11.54")}
     assert Fraction(23, 26) * 100 - Fraction("88.46") < Fraction(1, 100)
+
+
+def test_the_order_of_the_rows_does_not_change_the_lines_or_their_order():
+    assert _priced(reverse_rows=True).lines == _priced().lines
+    assert rounded(_priced(reverse_rows=True).lines) == rounded(_priced().lines)
