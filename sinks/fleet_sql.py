@@ -9,6 +9,8 @@ for things counted as of the window's end.
 
 from __future__ import annotations
 
+from gpuledger.sinks.showback_sql import samples_by_capacity_fact_sql
+
 __all__ = ["allocated_holdings_sql", "class_gpus_sql", "dark_gpus_sql", "evidence_end_sql", "held_sql",
            "quotas_sql", "request_latency_sql", "unattributed_sql", "unavailable_sql"]
 
@@ -43,11 +45,7 @@ def allocated_holdings_sql(db: str) -> str:
             FROM (SELECT fact_id, cluster_id, tenant_id, pod_uid, device_id, {_CLIP_MS} AS gpu_ms
                   FROM {db}.capacity_facts FINAL
                   WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}) AS c
-            LEFT JOIN (SELECT capacity_fact_id, sum(span_ms) AS span,
-                              sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
-                       FROM {db}.utilization_facts FINAL
-                       WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
-                       GROUP BY capacity_fact_id) AS u ON u.capacity_fact_id = c.fact_id
+            LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
             GROUP BY cluster_id, tenant_id, pod_uid, device_id)
         GROUP BY cluster_id, tenant_id ORDER BY cluster_id, tenant_id"""
 

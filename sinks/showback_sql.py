@@ -33,6 +33,15 @@ def tenant_profile_sql(db: str) -> str:
         GROUP BY tenant_id, profile ORDER BY tenant_id, profile"""
 
 
+def samples_by_capacity_fact_sql(db: str) -> str:
+    """Per capacity fact: its samples' span (``span``, ms) and SM-active-weighted span (``act``)
+    in the window ``[%(f)s, %(t)s)``."""
+    return f"""SELECT capacity_fact_id, sum(span_ms) AS span, sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
+        FROM {db}.utilization_facts FINAL
+        WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
+        GROUP BY capacity_fact_id"""
+
+
 def tenant_utilization_sql(db: str) -> str:
     # Per capacity fact: covered time = min(sample spans, fact duration); active time scales
     # the SM-active-weighted spans down by the same cap. Gaps add nothing (never idle).
@@ -43,11 +52,7 @@ def tenant_utilization_sql(db: str) -> str:
                      least(valid_to_ms, %(t)s) AS b
               FROM {db}.capacity_facts FINAL
               WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}) AS c
-        LEFT JOIN (SELECT capacity_fact_id, sum(span_ms) AS span,
-                          sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
-                   FROM {db}.utilization_facts FINAL
-                   WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
-                   GROUP BY capacity_fact_id) AS u ON u.capacity_fact_id = c.fact_id
+        LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
         GROUP BY c.tenant_id ORDER BY c.tenant_id"""
 
 
