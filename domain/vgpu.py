@@ -60,8 +60,9 @@ def vgpu_segment_facts(inv: Inventory, cluster_id: str, host: str, start: int, e
                                      f"vGPU weights sum to {total:.6f} GPU: over-allocated"))
     for vu, h in sorted(holders.items()):
         if vu not in placed:
-            out.append(_held(seg, h[0], "unknown", vu, h, None, start, end,
-                             f"physical GPU {h[0]} is not in the inventory as a vGPU host GPU on {host}"))
+            why = (f"physical GPU {h[0]} is not in the inventory as a vGPU host GPU on {host}" if h[0] else
+                   f"the physical GPU of vGPU {vu} on {host} is unknown (nvidia-smi gave no UUID for its bus id)")
+            out.append(_held(seg, h[0], "unknown", vu, h, None, start, end, why))
     return out
 
 
