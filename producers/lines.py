@@ -65,6 +65,7 @@ class PublishSink:
 
     @property
     def summary(self):
+        """What was published and dead-lettered so far (ingest's summary)."""
         return self._job.summary
 
 
