@@ -37,7 +37,8 @@ class IdentityStore(ClickHouseStore):
         self.client = clickhouse_connect.get_client(interface="chdb", path=data_dir, chdb_options=options or None)
 
 
-def _run(store: ClickHouseStore, request: dict) -> dict:
+def run_request(store: ClickHouseStore, request: dict) -> dict:
+    """One request against ``store`` (as above); the engine's refusal is a result, not an error."""
     try:
         if request.get("ensure_schema"):
             store.ensure_schema()
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
     data_dir, users_xml = argv[1], (None if argv[2] == "-" else argv[2])
     store = IdentityStore(data_dir, users_xml)
     try:
-        results = [_run(store, r) for r in json.load(sys.stdin)]
+        results = [run_request(store, r) for r in json.load(sys.stdin)]
     finally:
         store.close()
     json.dump(results, sys.stdout, default=str)

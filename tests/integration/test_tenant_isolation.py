@@ -24,8 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from chdb_identity import run_request
 from gpuledger.sinks.access import AccessModel
-from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from isolation_cases import (TENANTS, Runner, assert_reads_every_tenant, assert_tenant_isolated, load_requests,
                              probes, refused)
@@ -157,19 +157,7 @@ def _server_runner(dsn: str, database: str) -> Runner:
         out = {}
         try:
             for name, r in requests:
-                try:
-                    if r.get("ensure_schema"):
-                        store.ensure_schema()
-                    elif "insert" in r:
-                        store.insert(r["insert"], r["rows"], r["columns"])
-                    elif "command" in r:
-                        store.command(r["command"])
-                    else:
-                        out[name] = {"rows": [list(row) for row in store.query(r["sql"], r.get("parameters"))[1]]}
-                        continue
-                    out[name] = {"ok": True}
-                except StoreError as exc:
-                    out[name] = {"error": str(exc)}
+                out[name] = run_request(store, r)
         finally:
             store.close()
         return out
