@@ -9,25 +9,18 @@ for things counted as of the window's end.
 
 from __future__ import annotations
 
-from gpuledger.sinks.showback_sql import samples_by_capacity_fact_sql
+from gpuledger.sinks.showback_sql import CLIPPED_GPU_MS, IN_WINDOW, evidence_end_sql, samples_by_capacity_fact_sql
 
 __all__ = ["allocated_holdings_sql", "class_gpus_sql", "dark_gpus_sql", "evidence_end_sql", "held_sql",
            "quotas_sql", "request_latency_sql", "unattributed_sql", "unavailable_sql"]
 
-_CLIP_MS = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
-_IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
-
-
-def evidence_end_sql(db: str) -> str:
-    """The end of the newest capacity fact: facts stop there, later instants have no evidence yet."""
-    return f"SELECT max(valid_to_ms) FROM {db}.capacity_facts"
 
 
 def unattributed_sql(db: str) -> str:
     """GPU-ms allocated with no defensible tenant (confidence 'unattributed'), by reason text."""
-    return f"""SELECT cluster_id, reason, sum({_CLIP_MS}) AS gpu_ms
+    return f"""SELECT cluster_id, reason, sum({CLIPPED_GPU_MS}) AS gpu_ms
         FROM {db}.capacity_facts FINAL
-        WHERE kind = 'allocated' AND confidence = 'unattributed' AND {_IN_WINDOW}
+        WHERE kind = 'allocated' AND confidence = 'unattributed' AND {IN_WINDOW}
         GROUP BY cluster_id, reason ORDER BY cluster_id, reason"""
 
 
@@ -42,9 +35,9 @@ def allocated_holdings_sql(db: str) -> str:
             SELECT c.cluster_id AS cluster_id, c.tenant_id AS tenant_id, c.pod_uid AS pod_uid,
                    c.device_id AS device_id, sum(c.gpu_ms) AS gpu_ms, sum(u.span) AS span_ms,
                    sum(u.act) AS active_ms
-            FROM (SELECT fact_id, cluster_id, tenant_id, pod_uid, device_id, {_CLIP_MS} AS gpu_ms
+            FROM (SELECT fact_id, cluster_id, tenant_id, pod_uid, device_id, {CLIPPED_GPU_MS} AS gpu_ms
                   FROM {db}.capacity_facts FINAL
-                  WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}) AS c
+                  WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
             LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
             GROUP BY cluster_id, tenant_id, pod_uid, device_id)
         GROUP BY cluster_id, tenant_id ORDER BY cluster_id, tenant_id"""
@@ -85,7 +78,7 @@ def class_gpus_sql(db: str) -> str:
 def held_sql(db: str) -> str:
     """Every allocated interval with a tenant in the window, for the guaranteed/borrowed sweep (domain/quota.py)."""
     return f"""SELECT cluster_id, tenant_id, gpu_class, valid_from_ms, valid_to_ms, capacity_fraction
-        FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}"""
+        FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}"""
 
 
 def quotas_sql(db: str) -> str:

@@ -10,8 +10,8 @@ from gpuledger.sinks.query import QueryPort
 
 __all__ = ["ShowbackRows", "read_showback_rows"]
 
-_CLIP = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
-_IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
+CLIPPED_GPU_MS = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
+IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
 
 
 def evidence_end_sql(db: str) -> str:
@@ -19,9 +19,9 @@ def evidence_end_sql(db: str) -> str:
 
 
 def tenant_capacity_sql(db: str) -> str:
-    return f"""SELECT tenant_id, mode, confidence, sum({_CLIP}) / 3600000 AS gpu_hours
+    return f"""SELECT tenant_id, mode, confidence, sum({CLIPPED_GPU_MS}) / 3600000 AS gpu_hours
         FROM {db}.capacity_facts FINAL
-        WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}
+        WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}
         GROUP BY tenant_id, mode, confidence ORDER BY tenant_id, mode, confidence"""
 
 
@@ -29,7 +29,7 @@ def tenant_profile_sql(db: str) -> str:
     """MIG-profile-hours: instance-hours per profile (not weighted)."""
     return f"""SELECT tenant_id, profile, sum(least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s)) / 3600000
         FROM {db}.capacity_facts FINAL
-        WHERE kind = 'allocated' AND mode = 'mig' AND tenant_id != '' AND {_IN_WINDOW}
+        WHERE kind = 'allocated' AND mode = 'mig' AND tenant_id != '' AND {IN_WINDOW}
         GROUP BY tenant_id, profile ORDER BY tenant_id, profile"""
 
 
@@ -51,14 +51,14 @@ def tenant_utilization_sql(db: str) -> str:
         FROM (SELECT fact_id, tenant_id, capacity_fraction AS fr, greatest(valid_from_ms, %(f)s) AS a,
                      least(valid_to_ms, %(t)s) AS b
               FROM {db}.capacity_facts FINAL
-              WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}) AS c
+              WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
         LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
         GROUP BY c.tenant_id ORDER BY c.tenant_id"""
 
 
 def platform_capacity_sql(db: str) -> str:
-    return f"""SELECT kind, confidence = 'unattributed' AS unattributed, sum({_CLIP}) / 3600000 AS gpu_hours
-        FROM {db}.capacity_facts FINAL WHERE {_IN_WINDOW}
+    return f"""SELECT kind, confidence = 'unattributed' AS unattributed, sum({CLIPPED_GPU_MS}) / 3600000 AS gpu_hours
+        FROM {db}.capacity_facts FINAL WHERE {IN_WINDOW}
         GROUP BY kind, unattributed ORDER BY kind, unattributed"""
 
 
@@ -74,8 +74,8 @@ def unattributed_samples_sql(db: str) -> str:
 
 
 def endpoint_capacity_sql(db: str) -> str:
-    return f"""SELECT endpoint_id, tenant_id, sum({_CLIP}) / 3600000 FROM {db}.capacity_facts FINAL
-        WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {_IN_WINDOW}
+    return f"""SELECT endpoint_id, tenant_id, sum({CLIPPED_GPU_MS}) / 3600000 FROM {db}.capacity_facts FINAL
+        WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {IN_WINDOW}
         GROUP BY endpoint_id, tenant_id ORDER BY endpoint_id, tenant_id"""
 
 
@@ -102,8 +102,8 @@ def productive_work_sql(db: str) -> str:
 def fragmentation_sql(db: str) -> str:
     """Free MIG capacity per GPU class: idle instances by profile, and capacity in no instance."""
     return f"""SELECT gpu_class, profile, sum(least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s)) / 3600000,
-            sum({_CLIP}) / 3600000
-        FROM {db}.capacity_facts FINAL WHERE mode = 'mig' AND kind = 'unallocated' AND {_IN_WINDOW}
+            sum({CLIPPED_GPU_MS}) / 3600000
+        FROM {db}.capacity_facts FINAL WHERE mode = 'mig' AND kind = 'unallocated' AND {IN_WINDOW}
         GROUP BY gpu_class, profile ORDER BY gpu_class, profile"""
 
 
@@ -121,7 +121,7 @@ def unhostable_sql(db: str) -> str:
                   FROM {db}.demand_facts FINAL WHERE waited_to_ms > %(f)s AND waited_from_ms < %(t)s) AS d
             CROSS JOIN (SELECT gpu_class, profile, capacity_fraction, valid_from_ms, valid_to_ms
                         FROM {db}.capacity_facts FINAL
-                        WHERE mode = 'mig' AND kind = 'unallocated' AND {_IN_WINDOW}) AS c
+                        WHERE mode = 'mig' AND kind = 'unallocated' AND {IN_WINDOW}) AS c
             WHERE c.valid_to_ms > d.a AND c.valid_from_ms < d.b
             GROUP BY d.fact_id, d.profile, c.gpu_class)
         WHERE free_same = 0 GROUP BY gpu_class, profile ORDER BY gpu_class, profile"""
@@ -132,13 +132,13 @@ def held_intervals_sql(db: str) -> str:
     for the guaranteed/borrowed sweep against quotas."""
     return f"""SELECT tenant_id, gpu_class, if(profile = '', gpu_class, concat(gpu_class, '/', profile)),
             valid_from_ms, valid_to_ms, capacity_fraction
-        FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW}"""
+        FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}"""
 
 
 def endpoint_intervals_sql(db: str) -> str:
     return f"""SELECT endpoint_id, tenant_id, gpu_class, valid_from_ms, valid_to_ms, capacity_fraction
         FROM {db}.capacity_facts FINAL
-        WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {_IN_WINDOW}"""
+        WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {IN_WINDOW}"""
 
 
 def hourly_tokens_sql(db: str) -> str:
@@ -152,7 +152,7 @@ def hourly_tokens_sql(db: str) -> str:
 def hierarchy_sql(db: str) -> str:
     """Tenant -> project -> cost centre as the evidence of the window names them."""
     return f"""SELECT DISTINCT tenant_id, project_id, cost_center FROM {db}.capacity_facts FINAL
-        WHERE kind = 'allocated' AND tenant_id != '' AND {_IN_WINDOW} ORDER BY tenant_id, project_id, cost_center"""
+        WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW} ORDER BY tenant_id, project_id, cost_center"""
 
 
 def class_buckets_sql(db: str) -> str:
@@ -160,8 +160,8 @@ def class_buckets_sql(db: str) -> str:
     unallocated (MIG capacity in no instance is fragmentation), unavailable, over-allocated."""
     return f"""SELECT gpu_class, multiIf(kind = 'allocated', 'unattributed',
                 kind = 'unallocated' AND mode = 'mig' AND profile = '', 'fragmentation', kind) AS bucket,
-            sum({_CLIP}) / 3600000
-        FROM {db}.capacity_facts FINAL WHERE {_IN_WINDOW} AND NOT (kind = 'allocated' AND tenant_id != '')
+            sum({CLIPPED_GPU_MS}) / 3600000
+        FROM {db}.capacity_facts FINAL WHERE {IN_WINDOW} AND NOT (kind = 'allocated' AND tenant_id != '')
         GROUP BY gpu_class, bucket ORDER BY gpu_class, bucket"""
 
 
