@@ -109,7 +109,9 @@ class _RequestSources:
             t.join()
 
 
-def _clock(s: Settings, node: str, source: str, metrics, topics):
+def _clock(s: Settings, node: str, metrics: list, topics):
+    """This host's clock, corrected to the broker's unless clock sync is off: (the BrokerClock
+    to close, or None; the now_ms function every producer of the process stamps with)."""
     from gpuledger.producers.clock import BrokerClock, local_ms
 
     host_ms = local_ms
@@ -120,8 +122,13 @@ def _clock(s: Settings, node: str, source: str, metrics, topics):
             return local_ms() + skew_ms
     if not s.clock_sync:
         return None, host_ms
-    clock = BrokerClock(s.kafka_bootstrap, topics.clock.name, node, source, local=host_ms,
-                        on_reading=lambda r: metrics.clock_offset.labels(source).set(r.offset_ms / 1000))
+
+    def reading(r) -> None:
+        for m in metrics:
+            m.clock_offset.labels(m.source).set(r.offset_ms / 1000)
+
+    clock = BrokerClock(s.kafka_bootstrap, topics.clock.name, node, "+".join(m.source for m in metrics),
+                        local=host_ms, on_reading=reading)
     try:
         clock.start()
     except Exception as exc:  # noqa: BLE001
@@ -130,9 +137,8 @@ def _clock(s: Settings, node: str, source: str, metrics, topics):
     return clock, clock.now_ms
 
 
-def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_progress) -> dict:
-    """Run the producers of ``sources`` into ``sink`` until ``deadline`` is set; returns the
-    metrics registry's producers by source."""
+def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_progress) -> None:
+    """Run the producers of ``sources`` into ``sink`` until ``deadline`` is set, then flush."""
     from prometheus_client import CollectorRegistry
 
     from gpuledger.producers.runtime import ProducerMetrics
@@ -140,38 +146,30 @@ def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_pro
 
     node = s.node_name or socket.gethostname()
     registry = CollectorRegistry()
-    topics = topics_for(s)
     metrics = {src: ProducerMetrics(src, registry) for src in sources}
     producers = {src: build_producer(src, s, metrics[src], node) for src in sources}
     if s.producer_metrics_port >= 0:
         port = metrics[sources[0]].serve(s.producer_metrics_port, s.metrics_addr)
         shown = "127.0.0.1" if s.metrics_addr in ("0.0.0.0", "::") else s.metrics_addr
         progress(f"produce: metrics at http://{shown}:{port}/metrics")
-    clocks, threads = [], []
-    for src, producer in producers.items():
-        clock, now_ms = _clock(s, node, src, metrics[src], topics)
-        clocks.append(clock)
-        t = threading.Thread(target=producer.run, args=(sink, deadline, now_ms), name=f"produce-{src}", daemon=True)
-        threads.append(t)
+    clock, now_ms = _clock(s, node, list(metrics.values()), topics_for(s))
+    threads = [threading.Thread(target=producer.run, args=(sink, deadline, now_ms), name=f"produce-{src}", daemon=True)
+               for src, producer in producers.items()]
     if getattr(deadline, "for_s", None):
-        start_ms = clocks[0].now_ms() if clocks[0] else time.time_ns() // 1_000_000
-        deadline.until_ms = int(start_ms + deadline.for_s * 1000)
+        deadline.until_ms = int(now_ms() + deadline.for_s * 1000)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: deadline.set())
     for t in threads:
         t.start()
     progress(f"produce: {', '.join(sources)} running on {node} for cluster {s.cluster_id}")
     while any(t.is_alive() for t in threads):
-        now = clocks[0].now_ms() if clocks[0] else time.time_ns() // 1_000_000
-        if deadline.until_ms is not None and now >= deadline.until_ms + 1000 * s.scrape_interval_s:
+        if deadline.until_ms is not None and now_ms() >= deadline.until_ms + 1000 * s.scrape_interval_s:
             deadline.set()
         for t in threads:
             t.join(0.2)
     sink.flush()
-    for c in clocks:
-        if c is not None:
-            c.close()
-    return producers
+    if clock is not None:
+        clock.close()
 
 
 def _deadline(args, s: Settings):
