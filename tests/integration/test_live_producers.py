@@ -19,10 +19,9 @@ import uuid
 
 import orjson
 import pytest
-
-from conftest import Stack
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from sources.live_cluster import NODE, Cluster, Producer, inventory
+from stack_support import Stack
 
 pytestmark = pytest.mark.integration
 
