@@ -30,7 +30,9 @@ class Settings(BaseSettings):
     podresources_grace_s: float = Field(
         120.0, ge=0, description="How far a node's PodResources may lag the other nodes before its samples are judged without it."
     )
-    dcgm_sample_span_s: float = Field(10.0, gt=0, description="Time one DCGM sample stands for: [observed_at, +span).")
+    stale_ceiling_s: float = Field(
+        300.0, gt=0, description="Longest time one sample (DCGM scrape, PodResources or vGPU snapshot) can stand for; "
+        "below it the limit is 4 of the source's own observed intervals (median of its recent ones).")
     batch_max_records: int = Field(2000, ge=1, description="Records per processing batch (write, then commit).")
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
     checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between processor checkpoints (0 = every batch).")

@@ -1,14 +1,18 @@
 """The as-of join: PodResources snapshots + watch ownership + inventory -> capacity facts;
-DCGM samples -> utilization facts attributed to the capacity fact covering their event time.
+DCGM samples -> utilization facts attributed to the capacity facts covering what they stand for.
 
-A node's consecutive snapshots at ``t_i`` and ``t_i+1`` make a segment ``[t_i, t_i+1)`` held
-by whoever snapshot ``i`` named; a device present in one snapshot and absent in the next
-ends its interval there. A segment is final once the watch stream's watermark has passed
-its end (so pod and namespace versions inside it are known). Samples wait for the segment
-that covers them, so a snapshot arriving after the samples it explains still attributes
-them. A node silent for longer than ``node_grace_ms`` behind the PodResources watermark
-leaves its samples unattributed with that reason; consecutive snapshots further apart than
-the grace are a gap in evidence, never counted as anybody's allocation.
+Snapshots become segments (``domain/segments.py``): each stands for the time until the next
+snapshot of its node, within the staleness limit of the node's observed cadence
+(``domain/cadence.py``); past it is a gap in evidence, never anybody's allocation. A segment
+is final once the watch stream's watermark has passed its end (so pod and namespace versions
+inside it are known).
+
+A DCGM scrape likewise stands for ``[t, end)``: until the node's next scrape, one cadence
+when the next came too late or never. A sample waits until its end is known and the segments
+under it are final, then becomes one utilization fact per capacity fact it overlaps (span =
+the overlap), so covered time never depends on how scrapes and snapshots interleave. A node
+silent for longer than the grace (``node_grace_ms``, or its own snapshot staleness limit when
+longer) behind the PodResources watermark leaves its samples unattributed with that reason.
 
 All times are epoch ms; all intervals half-open. The caller feeds records and watermarks;
 nothing here reads a clock.
@@ -16,9 +20,9 @@ nothing here reads a clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from gpuledger.domain.capacity import Holders, Piece, segment_facts
+from gpuledger.domain.capacity import Piece, segment_facts
 from gpuledger.domain.dcgm import DeviceSample, parse_exposition
 from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact, fact_id
@@ -26,27 +30,11 @@ from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.podresources import device_holders
 from gpuledger.domain.requests import RequestFact, request_fact
-from gpuledger.domain.utilization import lookup, sample_targets
+from gpuledger.domain.segments import NEG_INF, NodeState, node_from, node_state
+from gpuledger.domain.utilization import lookup, overlapping, sample_targets
 from gpuledger.domain.vgpu import vgpu_holders, vgpu_segment_facts
 
-__all__ = ["Attributor", "Counters"]
-
-NEG_INF = -(2**62)
-
-
-@dataclass
-class NodeState:
-    last_ms: int | None = None
-    last_holders: Holders = field(default_factory=dict)
-    last_pos: tuple = ("", 0, 0)
-    pending_segments: list = field(default_factory=list)  # [start, end, holders, pos]
-    final_until_ms: int = NEG_INF
-    first_snapshot_ms: int | None = None
-    gaps: list = field(default_factory=list)  # [start, end] without evidence
-    evidence_gaps: list = field(default_factory=list)  # [start, end, holders at start, pos]: a late snapshot may fill
-    pieces: dict = field(default_factory=dict)  # device id -> list[Piece] sorted by start
-    pending_scrapes: list = field(default_factory=list)  # [t, [[uuid, sm, fb, w, j]...], pos]
-    dcgm_wm_ms: int = NEG_INF  # latest scrape time applied (a node's scrapes arrive in order)
+__all__ = ["NEG_INF", "Attributor", "Counters"]
 
 
 @dataclass
@@ -55,6 +43,7 @@ class Counters:
     snapshots: int = 0
     stale_snapshots: int = 0
     repeated_scrapes: int = 0
+    scrapes_after_inventory: int = 0
     scrapes: int = 0
     samples: int = 0
     samples_attributed: int = 0
@@ -65,9 +54,9 @@ class Counters:
 class Attributor:
     """Folds source records into ownership and emits deterministic facts."""
 
-    def __init__(self, cluster_id: str, sample_span_ms: int, node_grace_ms: int) -> None:
+    def __init__(self, cluster_id: str, stale_ceiling_ms: int, node_grace_ms: int) -> None:
         self.cluster_id = cluster_id
-        self.sample_span_ms = sample_span_ms
+        self.stale_ceiling_ms = stale_ceiling_ms
         self.node_grace_ms = node_grace_ms
         self.book = OwnershipBook()
         self.inventory: Inventory | None = None
@@ -75,11 +64,12 @@ class Attributor:
         self.nodes: dict[str, NodeState] = {}
         self.vgpu_hosts: dict[str, NodeState] = {}
         self.vgpu_index: dict[str, str] = {}  # vgpu uuid -> host
-        self.guest_pending: list = []  # [t, row, pos, node] of samples taken inside vGPU guests
+        self.guest_pending: list = []  # [t, row, pos, node, end or None] of samples taken inside vGPU guests
         self.guest_wm: dict[str, int] = {}  # vgpu uuid -> latest guest sample time
         self.k8s_watermark_ms = NEG_INF
         self.pr_watermark_ms = NEG_INF
         self.vgpu_watermark_ms = NEG_INF
+        self.dcgm_watermark_ms = NEG_INF
         self.counters = Counters()
         self._capacity_out: list[CapacityFact] = []
         self._util_out: list[UtilizationFact] = []
@@ -99,69 +89,99 @@ class Attributor:
     def apply_podresources(self, node: str, response: dict, observed_at_ms: int, pos: SourcePos) -> None:
         holders = {d: (h.namespace, h.pod, h.container, h.resource)
                    for d, h in device_holders(response).items()}
-        self._snapshot(self.nodes.setdefault(node, NodeState()), holders, observed_at_ms, pos,
+        self._snapshot(node, self.nodes.setdefault(node, NodeState()), holders, observed_at_ms, pos,
                        lambda: self._node_facts(node))
 
     def apply_vgpu(self, host: str, vgpus: list[dict], observed_at_ms: int, pos: SourcePos) -> None:
         holders = vgpu_holders(vgpus)
-        if self._snapshot(self.vgpu_hosts.setdefault(host, NodeState()), holders, observed_at_ms, pos,
+        if self._snapshot(host, self.vgpu_hosts.setdefault(host, NodeState()), holders, observed_at_ms, pos,
                           lambda: self._vgpu_facts(host)):
             self.vgpu_index.update(dict.fromkeys(holders, host))
 
-    def _snapshot(self, st: NodeState, holders: dict, observed_at_ms: int, pos: SourcePos, facts_of) -> bool:
-        """A full snapshot closes the segment the previous one opened. One older than the
-        latest is late: it splits the gap in evidence it falls in (new facts for time that
-        had none, never an edit of facts already written); otherwise it is counted stale."""
-        if st.last_ms is not None and observed_at_ms <= st.last_ms:
+    def _node_end_ms(self, node: str) -> int | None:
+        return self.inventory.node_end_ms(node) if self.inventory is not None else None
+
+    def _snapshot(self, node: str, st: NodeState, holders: dict, observed_at_ms: int, pos: SourcePos,
+                  facts_of) -> bool:
+        """A full snapshot closes what the previous one stands for. One older than the
+        latest is late: it splits the segment or gap in evidence it falls in (new facts for
+        time that had none, never an edit of facts already written); otherwise it is counted
+        stale, as is one after its node left the inventory."""
+        if (st.last_ms is not None and observed_at_ms <= st.last_ms) or observed_at_ms < st.closed_until_ms:
             if not self._fill_gap(st, holders, observed_at_ms, pos, facts_of):
                 self.counters.stale_snapshots += 1
             return False
         self.counters.snapshots += 1
-        if st.last_ms is not None:
-            st.pending_segments.append([st.last_ms, observed_at_ms, st.last_holders, list(st.last_pos)])
-        else:
-            st.first_snapshot_ms = st.final_until_ms = observed_at_ms
-        st.last_ms, st.last_holders, st.last_pos = observed_at_ms, holders, (pos.topic, pos.partition, pos.offset)
+        st.take_snapshot(holders, observed_at_ms, (pos.topic, pos.partition, pos.offset), self.stale_ceiling_ms,
+                         self._node_end_ms(node))
         return True
 
     def apply_dcgm(self, node: str, exposition: str, observed_at_ms: int, pos: SourcePos) -> dict[str, int]:
         """Parse a scrape and queue its samples; returns series skipped, by reason. A node's
         scrapes arrive in order, so one not newer than the last applied is a redelivery
-        (at-least-once upstream) and is dropped, counted."""
+        (at-least-once upstream) and is dropped, counted. The scrape ends what the previous
+        one stands for."""
         parsed = parse_exposition(exposition)  # first: a malformed scrape is refused even when repeated
         st = self.nodes.setdefault(node, NodeState())
         if observed_at_ms <= st.dcgm_wm_ms:
             self.counters.repeated_scrapes += 1
             return {}
+        if observed_at_ms < st.dcgm_closed_until_ms:
+            self.counters.scrapes_after_inventory += 1
+            return {}
+        ended = st.scrape_end(observed_at_ms, self.stale_ceiling_ms)
+        if ended is not None:
+            self._end_scrape(node, st, *ended)
         rows = []
+        at = [pos.topic, pos.partition, pos.offset]
         for s in parsed.samples:
             row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model,
                    s.per_pod]
             if s.gpu_uuid in self.vgpu_index or s.model.startswith("GRID "):
-                self.guest_pending.append([observed_at_ms, row, [pos.topic, pos.partition, pos.offset], node])
+                self.guest_pending.append([observed_at_ms, row, at, node, None])
                 self.guest_wm[s.gpu_uuid] = max(self.guest_wm.get(s.gpu_uuid, NEG_INF), observed_at_ms)
                 self.counters.samples += 1
             else:
                 rows.append(row)
         if rows or not parsed.samples:  # a scrape inside a vGPU guest has nothing for the node itself
-            st.pending_scrapes.append([observed_at_ms, rows, [pos.topic, pos.partition, pos.offset]])
-        st.dcgm_wm_ms = max(st.dcgm_wm_ms, observed_at_ms)
+            st.pending_scrapes.append([observed_at_ms, rows, at, None])
+        st.dcgm_wm_ms, st.dcgm_open = max(st.dcgm_wm_ms, observed_at_ms), True
         self.counters.scrapes += 1
         self.counters.samples += len(rows)
+        node_end, median = self._node_end_ms(node), st.scrape_cadence.median_ms()
+        if node_end is not None and median is not None and node_end <= observed_at_ms + median:
+            # the node's last scrape before it leaves the inventory: one cadence, never past its end
+            self._end_scrape(node, st, observed_at_ms, max(observed_at_ms, min(observed_at_ms + median, node_end)))
+            st.dcgm_open, st.dcgm_closed_until_ms = False, observed_at_ms + median
         return parsed.skipped
 
-    def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int, vgpu_watermark_ms: int = NEG_INF) -> None:
+    def _end_scrape(self, node: str, st: NodeState, t_ms: int, end_ms: int) -> None:
+        st.set_scrape_end(t_ms, end_ms)
+        for guest in self.guest_pending:
+            if guest[3] == node and guest[0] == t_ms:
+                guest[4] = end_ms
+
+    def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int, vgpu_watermark_ms: int = NEG_INF,
+                dcgm_watermark_ms: int = NEG_INF) -> None:
         """Move the watermarks forward (never back) and emit whatever became final."""
         self.k8s_watermark_ms = max(self.k8s_watermark_ms, k8s_watermark_ms)
         self.pr_watermark_ms = max(self.pr_watermark_ms, podresources_watermark_ms)
         self.vgpu_watermark_ms = max(self.vgpu_watermark_ms, vgpu_watermark_ms)
+        self.dcgm_watermark_ms = max(self.dcgm_watermark_ms, dcgm_watermark_ms)
         for node in sorted(self.nodes):
             st = self.nodes[node]
+            ended = st.scrape_silent_end(self.dcgm_watermark_ms, self.stale_ceiling_ms)
+            if ended is not None:
+                self._end_scrape(node, st, *ended)
+            if st.last_ms is not None:
+                st.stop_if_silent(self.pr_watermark_ms, self.stale_ceiling_ms)
             self._finalize_segments(node, st)
             self._attribute_samples(node, st)
         if self.inventory is not None:
             for host in sorted(self.vgpu_hosts):
-                self._finalize_vgpu(host, self.vgpu_hosts[host])
+                st = self.vgpu_hosts[host]
+                st.stop_if_silent(self.vgpu_watermark_ms, self.stale_ceiling_ms)
+                self._finalize_vgpu(host, st)
         self._attribute_guest_samples()
         self._demand_out += closed_demand(self.book, self.cluster_id, self.k8s_watermark_ms, self.demand_done)
 
@@ -196,15 +216,14 @@ class Attributor:
         self._finalize(st, None, self._vgpu_facts(host))
 
     def _finalize(self, st: NodeState, until_ms: int | None, facts_of) -> None:
-        """Emit the segments ending by ``until_ms`` (all when None)."""
+        """Emit the segments and gaps ending by ``until_ms`` (all when None)."""
         while st.pending_segments and (until_ms is None or st.pending_segments[0][1] <= until_ms):
-            start, end, holders, pos = st.pending_segments.pop(0)
-            self._segment(st, start, end, holders, pos, facts_of)
-            st.final_until_ms = end
+            start, end, holders, pos, gap = st.pending_segments.pop(0)
+            self._segment(st, start, end, holders, pos, gap, facts_of)
+            st.final_until_ms = max(st.final_until_ms, end)
 
-    def _segment(self, st: NodeState, start: int, end: int, holders: dict, pos, facts_of) -> None:
-        """A segment longer than the grace is a gap in evidence, never anybody's allocation."""
-        if end - start > self.node_grace_ms:
+    def _segment(self, st: NodeState, start: int, end: int, holders: dict, pos, gap: bool, facts_of) -> None:
+        if gap:
             st.gaps.append([start, end])
             st.evidence_gaps.append([start, end, holders, list(pos)])
             return
@@ -217,21 +236,19 @@ class Attributor:
                 pieces.sort(key=lambda p: p.start_ms)
 
     def _fill_gap(self, st: NodeState, holders: dict, t: int, pos: SourcePos, facts_of) -> bool:
-        """Split the pending segment or the evidence gap a late snapshot falls in."""
+        """Split the queued segment or the evidence gap a late snapshot falls in."""
         at = [pos.topic, pos.partition, pos.offset]
-        for seg in st.pending_segments:
-            if seg[0] < t < seg[1]:
-                i = st.pending_segments.index(seg)
-                st.pending_segments[i:i + 1] = [[seg[0], t, seg[2], seg[3]], [t, seg[1], holders, at]]
-                self.counters.snapshots += 1
-                return True
+        if st.split_pending(t, holders, at, self.stale_ceiling_ms):
+            self.counters.snapshots += 1
+            return True
         for gap in st.evidence_gaps:
-            if gap[0] < t < gap[1] and self.inventory is not None:
+            if gap[0] <= t < gap[1] and self.inventory is not None:
                 st.evidence_gaps.remove(gap)
                 st.gaps = [g for g in st.gaps if g != [gap[0], gap[1]]]
                 emit = facts_of()
-                self._segment(st, gap[0], t, gap[2], gap[3], emit)
-                self._segment(st, t, gap[1], holders, at, emit)
+                for a, b, h, p, is_gap in (st.bridge(gap[0], t, gap[2], gap[3], True, self.stale_ceiling_ms)
+                                           + st.bridge(t, gap[1], holders, at, False, self.stale_ceiling_ms)):
+                    self._segment(st, a, b, h, p, is_gap, emit)
                 self.counters.snapshots += 1
                 return True
         return False
@@ -239,17 +256,21 @@ class Attributor:
     def _attribute_guest_samples(self) -> None:
         keep = []
         for scrape in self.guest_pending:
-            t, row, pos, node = scrape
+            t, row, pos, node, end = scrape
             host = self.vgpu_index.get(row[0])
             st = self.vgpu_hosts.get(host) if host else None
-            if st is not None and st.first_snapshot_ms is not None and st.first_snapshot_ms <= t < st.final_until_ms:
-                piece = lookup(st.pieces.get(row[0], ()), t)
-                why = "" if piece else ("no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
-                                        else f"vGPU {row[0]} not in the snapshot covering this sample")
-                self._emit_targets(node, t, DeviceSample(*row), SourcePos(*pos), [(row[0], piece, why)], "")
-            elif t + self.node_grace_ms <= self.vgpu_watermark_ms and (st is None or st.last_ms is None or t >= st.last_ms):
+            if end is not None and st is not None and st.first_snapshot_ms is not None \
+                    and st.first_snapshot_ms <= t and self._known(st, t, end):
+                pieces = {row[0]: st.pieces.get(row[0], [])}
+                covered = overlapping(pieces[row[0]], t, end)
+                why = "" if covered else ("no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
+                                          else f"vGPU {row[0]} not in the snapshot covering this sample")
+                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos),
+                                   [(row[0], lookup(pieces[row[0]], t), why)], "", pieces)
+            elif end is not None and t + self.node_grace_ms <= self.vgpu_watermark_ms and (
+                    st is None or st.last_ms is None or t >= st.last_ms):
                 why = f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace"
-                self._emit_targets(node, t, DeviceSample(*row), SourcePos(*pos), [(row[0], None, why)], "")
+                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos), [(row[0], None, why)], "", {})
             else:
                 keep.append(scrape)
         self.guest_pending = keep
@@ -260,60 +281,92 @@ class Attributor:
                     continue
                 _drop_before(pieces, self.guest_wm.get(device, NEG_INF) - self.node_grace_ms)
 
+    @staticmethod
+    def _known(st: NodeState, t: int, end: int) -> bool:
+        """Are the segments under ``[t, end)`` final? Past a node whose snapshots stopped (or
+        left the inventory) nothing more will come for that time."""
+        if end <= st.final_until_ms:
+            return True
+        return not st.open and not st.pending_segments and t < st.final_until_ms
+
     # -- utilization ---------------------------------------------------------------
     def _attribute_samples(self, node: str, st: NodeState) -> None:
         keep = []
+        grace = max(self.node_grace_ms, st.snapshot_cadence.stale_after_ms(self.stale_ceiling_ms)
+                    if st.snapshot_cadence.intervals_ms else 0)
         for scrape in st.pending_scrapes:
-            t = scrape[0]
-            if st.first_snapshot_ms is not None and t < st.final_until_ms:
-                reason = "" if t >= st.first_snapshot_ms else f"before the first PodResources snapshot of {node}"
-            elif t + self.node_grace_ms <= self.pr_watermark_ms and (st.last_ms is None or t >= st.last_ms):
-                reason = f"no PodResources snapshot of {node} within {self.node_grace_ms // 1000}s grace"
+            t, end = scrape[0], scrape[3]
+            if end is None:
+                keep.append(scrape)
+                continue
+            if st.first_snapshot_ms is not None and t < st.first_snapshot_ms and t < st.final_until_ms:
+                reason = f"before the first PodResources snapshot of {node}"
+            elif st.first_snapshot_ms is not None and self._known(st, t, end):
+                reason = ""
+            elif t + grace <= self.pr_watermark_ms and (st.last_ms is None or t >= st.last_ms):
+                reason = f"no PodResources snapshot of {node} within {grace // 1000}s grace"
             else:
                 keep.append(scrape)
                 continue
             for row in scrape[1]:
-                self._emit_sample(node, st, t, DeviceSample(*row), SourcePos(*scrape[2]), reason)
+                self._emit_sample(node, st, t, end, DeviceSample(*row), SourcePos(*scrape[2]), reason)
         st.pending_scrapes = keep
         self._prune(st)
 
-    def _emit_sample(self, node: str, st: NodeState, t: int, s: DeviceSample, pos: SourcePos, reason: str) -> None:
+    def _emit_sample(self, node: str, st: NodeState, t: int, end: int, s: DeviceSample, pos: SourcePos,
+                     reason: str) -> None:
         targets = ([(s.gpu_uuid, None, reason)] if reason or self.inventory is None
                    else sample_targets(self.inventory, st.pieces, node, t, s))
         gap = "no PodResources evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps) else ""
-        self._emit_targets(node, t, s, pos, targets, gap)
+        self._emit_targets(node, t, end, s, pos, targets, gap, {} if reason else st.pieces)
 
-    def _emit_targets(self, node: str, t: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str) -> None:
+    def _emit_targets(self, node: str, t: int, end: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str,
+                      pieces: dict[str, list[Piece]]) -> None:
+        """One fact per capacity fact the sample's ``[t, end)`` overlaps (span = the overlap);
+        one unattributed fact over all of it where none does."""
         per_pod = {(ns, pod): v for ns, pod, v in s.per_pod}
         held = {}
         for _, piece, _ in targets:
             if piece is not None and piece.pod_uid:
                 held[piece.pod_uid] = held.get(piece.pod_uid, 0) + 1
-        for device, piece, why in targets:
-            if piece is None and not why:
-                why = gap_reason or f"no capacity fact covers {device}"
-            ratio = s.sm_active_ratio
-            if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
-                confidence, kind = piece.confidence, "allocated"
-                own = per_pod.get((piece.namespace, piece.pod_name))
-                if own is not None and piece.pod_uid:  # the pod's own series: relative to the share it holds
-                    ratio = min(1.0, own * len(targets) / held[piece.pod_uid])
-                    confidence = "medium"
-                self.counters.samples_attributed += 1
-            else:
-                kind, confidence = (piece.kind if piece else "unknown"), "unattributed"
-                if piece is not None:
-                    why = piece.reason or f"device {piece.kind}"
-                self.counters.samples_unattributed += 1
-            self._util_out.append(UtilizationFact(
-                fact_id=fact_id("utilization", self.cluster_id, device, t),
-                cluster_id=self.cluster_id, gpu_uuid=s.gpu_uuid, device_id=device, node=node, observed_at_ms=t,
-                span_ms=self.sample_span_ms, sm_active_ratio=ratio, fb_used_bytes=s.fb_used_bytes,
-                power_w=s.power_w, energy_j=s.energy_j, capacity_fact_id=piece.fact_id if piece else "", kind=kind,
-                tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
-                namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
-                pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=why,
-                src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset))
+        for device, at_t, why in targets:
+            parts = [(max(t, p.start_ms), min(end, p.end_ms), p) for p in overlapping(pieces.get(device, ()), t, end)
+                     ] if why == "" else []
+            if not parts:
+                parts = [(t, end, at_t)]
+            for i, (a, b, piece) in enumerate(parts):
+                fact = self._fact(node, t, s, pos, device, a, b, piece, why, gap_reason, per_pod, held, len(targets))
+                self._util_out.append(fact)
+                if i == 0:  # each sample of each unit counts once, as what covers its start
+                    if fact.confidence == "unattributed":
+                        self.counters.samples_unattributed += 1
+                    else:
+                        self.counters.samples_attributed += 1
+
+    def _fact(self, node: str, t: int, s: DeviceSample, pos: SourcePos, device: str, a: int, b: int,
+              piece: Piece | None, why: str, gap_reason: str, per_pod: dict, held: dict, n_targets: int):
+        if piece is None and not why:
+            why = gap_reason or f"no capacity fact covers {device}"
+        ratio = s.sm_active_ratio
+        if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
+            confidence, kind = piece.confidence, "allocated"
+            own = per_pod.get((piece.namespace, piece.pod_name))
+            if own is not None and piece.pod_uid in held:  # the pod's own series: relative to the share it holds
+                ratio = min(1.0, own * n_targets / held[piece.pod_uid])
+                confidence = "medium"
+        else:
+            kind, confidence = (piece.kind if piece else "unknown"), "unattributed"
+            if piece is not None:
+                why = piece.reason or f"device {piece.kind}"
+        fid = fact_id("utilization", self.cluster_id, device, t, *([a] if a != t else []))
+        return UtilizationFact(
+            fact_id=fid, cluster_id=self.cluster_id, gpu_uuid=s.gpu_uuid, device_id=device, node=node,
+            observed_at_ms=t, span_ms=max(0, b - a), sm_active_ratio=ratio, fb_used_bytes=s.fb_used_bytes,
+            power_w=s.power_w, energy_j=s.energy_j, capacity_fact_id=piece.fact_id if piece else "", kind=kind,
+            tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
+            namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
+            pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=why,
+            src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset)
 
     def _prune(self, st: NodeState) -> None:
         """Forget pieces no sample can still need: a node's scrapes arrive in order, so pieces
@@ -329,28 +382,29 @@ class Attributor:
         return {
             "cluster_id": self.cluster_id, "book": self.book.to_state(), "inventory": self.inventory_doc,
             "k8s_wm": self.k8s_watermark_ms, "pr_wm": self.pr_watermark_ms, "vgpu_wm": self.vgpu_watermark_ms,
-            "counters": vars(self.counters),
+            "dcgm_wm": self.dcgm_watermark_ms, "counters": vars(self.counters),
             "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
             "demand_done": sorted(self.demand_done),
-            "nodes": {n: _node_state(s) for n, s in self.nodes.items()},
-            "vgpu_hosts": {h: _node_state(s) for h, s in self.vgpu_hosts.items()},
+            "nodes": {n: node_state(s) for n, s in self.nodes.items()},
+            "vgpu_hosts": {h: node_state(s) for h, s in self.vgpu_hosts.items()},
         }
 
     @classmethod
-    def from_state(cls, state: dict, sample_span_ms: int, node_grace_ms: int) -> Attributor:
-        att = cls(state["cluster_id"], sample_span_ms, node_grace_ms)
+    def from_state(cls, state: dict, stale_ceiling_ms: int, node_grace_ms: int) -> Attributor:
+        att = cls(state["cluster_id"], stale_ceiling_ms, node_grace_ms)
         att.book = OwnershipBook.from_state(state["book"])
         if state.get("inventory") is not None:
             att.apply_inventory(state["inventory"])
         att.k8s_watermark_ms, att.pr_watermark_ms = state["k8s_wm"], state["pr_wm"]
         att.vgpu_watermark_ms = state.get("vgpu_wm", NEG_INF)
+        att.dcgm_watermark_ms = state.get("dcgm_wm", NEG_INF)
         att.counters = Counters(**state["counters"])
         att.vgpu_index = dict(state.get("vgpu_index", {}))
-        att.guest_pending = list(state.get("guest_pending", []))
+        att.guest_pending = [[*g, None][:5] for g in state.get("guest_pending", [])]
         att.guest_wm = dict(state.get("guest_wm", {}))
         att.demand_done = set(state.get("demand_done", []))
-        att.nodes = {n: _node_from(s) for n, s in state["nodes"].items()}
-        att.vgpu_hosts = {h: _node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
+        att.nodes = {n: node_from(s) for n, s in state["nodes"].items()}
+        att.vgpu_hosts = {h: node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att
 
 
@@ -360,24 +414,3 @@ def _drop_before(pieces: list[Piece], horizon_ms: int) -> None:
     while drop < len(pieces) and pieces[drop].end_ms < horizon_ms:
         drop += 1
     del pieces[:drop]
-
-
-def _node_state(s: NodeState) -> dict:
-    return {
-        "last_ms": s.last_ms, "last_holders": s.last_holders, "last_pos": list(s.last_pos),
-        "pending_segments": s.pending_segments, "final_until_ms": s.final_until_ms,
-        "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps, "evidence_gaps": s.evidence_gaps,
-        "pieces": s.pieces,  # dataclasses: serialized as objects by the store's JSON encoder
-        "pending_scrapes": s.pending_scrapes, "dcgm_wm_ms": s.dcgm_wm_ms,
-    }
-
-
-def _node_from(s: dict) -> NodeState:
-    return NodeState(
-        last_ms=s["last_ms"], last_holders={k: tuple(v) for k, v in s["last_holders"].items()},
-        last_pos=tuple(s["last_pos"]),
-        pending_segments=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s["pending_segments"]],
-        final_until_ms=s["final_until_ms"], first_snapshot_ms=s["first_snapshot_ms"], gaps=s["gaps"],
-        evidence_gaps=[[a, b, {k: tuple(v) for k, v in h.items()}, p] for a, b, h, p in s.get("evidence_gaps", [])],
-        pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},  # from the stored JSON
-        pending_scrapes=s["pending_scrapes"], dcgm_wm_ms=s["dcgm_wm_ms"])

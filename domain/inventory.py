@@ -84,6 +84,11 @@ class Inventory:
     def gpus_on(self, node: str, t_ms: int) -> list[GpuEntry]:
         return [g for g in self.gpus if g.node == node and g.covers(t_ms)]
 
+    def node_end_ms(self, node: str) -> int | None:
+        """When the node's last GPU leaves the inventory; None while any stays (or none is known)."""
+        ends = [g.valid_to_ms for g in self.gpus if g.node == node]
+        return None if not ends or None in ends else max(ends)
+
     def gpu(self, gpu_uuid: str, t_ms: int) -> GpuEntry | None:
         for g in self._by_uuid().get(gpu_uuid, ()):
             if g.covers(t_ms):

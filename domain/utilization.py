@@ -16,7 +16,7 @@ from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
 from gpuledger.domain.inventory import Inventory
 
-__all__ = ["lookup", "sample_targets"]
+__all__ = ["lookup", "overlapping", "sample_targets"]
 
 
 def _start(piece: Piece) -> int:
@@ -28,6 +28,17 @@ def lookup(pieces: Sequence[Piece], t_ms: int) -> Piece | None:
     if i >= 0 and pieces[i].start_ms <= t_ms < pieces[i].end_ms:
         return pieces[i]
     return None
+
+
+def overlapping(pieces: Sequence[Piece], from_ms: int, to_ms: int) -> list[Piece]:
+    """The pieces (sorted by start, not overlapping) that overlap ``[from_ms, to_ms)``."""
+    i = max(0, bisect.bisect_right(pieces, from_ms, key=_start) - 1)
+    out = []
+    while i < len(pieces) and pieces[i].start_ms < to_ms:
+        if pieces[i].end_ms > from_ms:
+            out.append(pieces[i])
+        i += 1
+    return out
 
 
 def sample_targets(inv: Inventory, pieces: dict[str, list[Piece]], node: str, t_ms: int,

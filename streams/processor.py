@@ -49,10 +49,10 @@ class FlushResult:
 
 class Processor:
     def __init__(self, topics: Topics, store: FactStore, dead_letter: DeadLetter, dead_letter_flush: Flush,
-                 sample_span_ms: int, node_grace_ms: int) -> None:
+                 stale_ceiling_ms: int, node_grace_ms: int) -> None:
         self.topics, self.store = topics, store
         self.dead_letter, self.dead_letter_flush = dead_letter, dead_letter_flush
-        self.sample_span_ms, self.node_grace_ms = sample_span_ms, node_grace_ms
+        self.stale_ceiling_ms, self.node_grace_ms = stale_ceiling_ms, node_grace_ms
         self.codecs = {t.name: Codec(t.schema) for t in topics.processed()}
         self.attributors: dict[str, Attributor] = {}
         self.next_offsets: dict[str, int] = {}  # "topic:partition" -> next offset to read
@@ -77,7 +77,7 @@ class Processor:
         self.first_offsets = dict(cp.state.get("first_offsets", {}))
         self.dead_lettered = cp.state.get("dead_lettered", 0)
         for cluster, st in cp.state.get("clusters", {}).items():
-            self.attributors[cluster] = Attributor.from_state(st, self.sample_span_ms, self.node_grace_ms)
+            self.attributors[cluster] = Attributor.from_state(st, self.stale_ceiling_ms, self.node_grace_ms)
         return dict(self.next_offsets)
 
     def set_extents(self, extents: dict[str, tuple[int, int]]) -> None:
@@ -103,7 +103,7 @@ class Processor:
     def _attributor(self, cluster_id: str) -> Attributor:
         att = self.attributors.get(cluster_id)
         if att is None:
-            att = self.attributors[cluster_id] = Attributor(cluster_id, self.sample_span_ms, self.node_grace_ms)
+            att = self.attributors[cluster_id] = Attributor(cluster_id, self.stale_ceiling_ms, self.node_grace_ms)
         return att
 
     def _dispatch(self, topic: str, partition: int, offset: int, r: dict) -> None:
@@ -145,11 +145,11 @@ class Processor:
     # -- write, then commit ------------------------------------------------------------
     def flush(self, checkpoint: bool = True) -> FlushResult:
         k8s_wm, pr_wm = self.watermark(self.topics.k8s.name), self.watermark(self.topics.podresources.name)
-        vgpu_wm = self.watermark(self.topics.vgpu.name)
+        vgpu_wm, dcgm_wm = self.watermark(self.topics.vgpu.name), self.watermark(self.topics.dcgm.name)
         batch = self._unwritten  # facts a failed write left behind go first: the attributors drained them
         for cluster in sorted(self.attributors):
             att = self.attributors[cluster]
-            att.advance(k8s_wm, pr_wm, vgpu_wm)
+            att.advance(k8s_wm, pr_wm, vgpu_wm, dcgm_wm)
             batch.extend(att.drain())
         for cluster, doc, ts in self._inventories:
             self.store.write_inventory(cluster, parse_inventory(doc), ts)

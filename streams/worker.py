@@ -106,7 +106,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
     dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
     metrics = WorkerMetrics()
     proc = Processor(topics, store, metrics.counting_dead_letters(dead.send), dead.flush,
-                     int(settings.dcgm_sample_span_s * 1000), int(settings.podresources_grace_s * 1000))
+                     int(settings.stale_ceiling_s * 1000), int(settings.podresources_grace_s * 1000))
     restored = proc.restore()
     names = [t.name for t in topics.processed()]
     extents = read_extents(settings.kafka_bootstrap, names)

@@ -14,7 +14,7 @@ from gpuledger.streams.processor import Processor
 from gpuledger.streams.topics import Topics
 
 PARTITIONS = 2
-SPAN_MS = 10_000
+STALE_CEILING_MS = 300_000
 GRACE_MS = 120_000
 
 
@@ -54,7 +54,7 @@ class MemoryPipeline:
         self.store = store or MemoryStore()
         self.dead: list[tuple[str, str]] = []
         self.proc = Processor(topics, self.store, lambda s, r, raw: self.dead.append((s, r)), lambda: None,
-                              SPAN_MS, grace_ms)
+                              STALE_CEILING_MS, grace_ms)
         self.proc.restore()
 
     def extents(self, records: list[tuple[str, int, int, bytes]]) -> None:

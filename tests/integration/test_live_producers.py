@@ -56,7 +56,7 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     seed = random.randrange(1 << 30)
     print(f"live producers: seed {seed}")
     rnd = random.Random(seed)
-    env = {"GPULEDGER_DCGM_SAMPLE_SPAN_S": str(INTERVAL_S), "GPULEDGER_CHECKPOINT_INTERVAL_S": "0"}
+    env = {"GPULEDGER_CHECKPOINT_INTERVAL_S": "0"}
     live = Stack(tmp_path / "live", f"t{uuid.uuid4().hex[:10]}", env)
     capture, logs = tmp_path / "capture", tmp_path / "logs"
     logs.mkdir()

@@ -69,9 +69,12 @@ def test_reused_name_and_owner_change_attribute_by_uid_and_time(run):
 
 def test_every_sample_accounted_for(run):
     plan, mp = run
-    samples = mp.proc.attributors["prod-ai-1"].counters
-    assert samples.samples == len(mp.store.utilization)
-    assert samples.samples_attributed + samples.samples_unattributed == samples.samples
+    att = mp.proc.attributors["prod-ai-1"]
+    samples = att.counters
+    # the last scrape of each node waits for the next to say how long it stands: 2 nodes x 4 GPUs
+    assert att.pending_samples() == 8
+    assert samples.samples == len({(u.device_id, u.observed_at_ms) for u in mp.store.utilization.values()}) + 8
+    assert samples.samples_attributed + samples.samples_unattributed + 8 == samples.samples
     unattributed = [u for u in mp.store.utilization.values() if u.confidence == "unattributed"]
     assert all(u.reason for u in unattributed)
     # the never-allocated GPU b3 is unattributed as "device unallocated", never a tenant's

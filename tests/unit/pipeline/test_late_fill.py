@@ -33,7 +33,9 @@ def test_late_snapshots_fill_the_gap_with_the_in_order_facts(tmp_path):
     mp, late = _late_run(tmp_path, tmp_path / "late")
     b = {g.uuid for g in plan.nodes["node-b"]}
     before = {k: f for k, f in mp.store.capacity.items() if f.gpu_uuid in b}
-    assert not [f for f in before.values() if f.valid_from_ms < GAP[1] and f.valid_to_ms > GAP[0]]
+    # the snapshot before the gap stands for one cadence (30 s); the rest is a gap in evidence
+    assert not [f for f in before.values() if f.valid_from_ms < GAP[1] and f.valid_to_ms > GAP[0] + 30_000]
+    assert [f for f in before.values() if f.valid_from_ms == GAP[0] and f.valid_to_ms == GAP[0] + 30_000]
     mp.feed(late)
     after = {k: f for k, f in mp.store.capacity.items() if f.gpu_uuid in b}
     assert {k: after[k] for k in before} == before  # nothing written is changed

@@ -1,0 +1,60 @@
+"""The observed cadence of one source (a node's DCGM scrapes, its PodResources snapshots, a
+host's vGPU snapshots), and how long a sample of it stands for.
+
+No cadence is assumed. A sample at ``t`` stands for ``[t, t_next)``, the time until the next
+sample from the same source, when that interval is within the source's staleness limit:
+``STALE_CADENCES`` times the median of its recent intervals, never more than the configured
+ceiling (the ceiling alone while no interval is known yet). An interval beyond the limit
+means the source stopped for a while: its last sample stands for one cadence, and the rest
+is a gap (neither idle nor active, nobody's allocation). So a 30-s or 60-s scrape, jitter,
+and a missed scrape or two are all covered, while an outage is not.
+
+Intervals beyond the limit are not learnt, so an outage never stretches the cadence. All
+times are epoch ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["STALE_CADENCES", "Cadence", "sample_end_ms"]
+
+STALE_CADENCES = 4  # missed samples (and ±20 % jitter on them) stay well inside the limit
+WINDOW = 9  # recent intervals kept: the median ignores one-off outliers
+
+
+@dataclass
+class Cadence:
+    """The recent intervals of one source, oldest first."""
+
+    intervals_ms: list[int] = field(default_factory=list)
+
+    def median_ms(self) -> int | None:
+        if not self.intervals_ms:
+            return None
+        ordered = sorted(self.intervals_ms)
+        return ordered[len(ordered) // 2]
+
+    def stale_after_ms(self, ceiling_ms: int) -> int:
+        """The longest interval a sample can stand for."""
+        median = self.median_ms()
+        return ceiling_ms if median is None else min(ceiling_ms, STALE_CADENCES * median)
+
+    def step(self, last_ms: int, next_ms: int, ceiling_ms: int) -> int:
+        """Where the sample at ``last_ms`` stops standing, given the next one at ``next_ms``;
+        learns the interval when it is within the limit."""
+        end = sample_end_ms(self, last_ms, next_ms, ceiling_ms)
+        if end == next_ms:
+            self.intervals_ms.append(next_ms - last_ms)
+            del self.intervals_ms[:-WINDOW]
+        return end
+
+
+def sample_end_ms(cadence: Cadence, t_ms: int, next_ms: int | None, ceiling_ms: int) -> int:
+    """The end of what the sample at ``t_ms`` stands for: the next sample when it came in time;
+    else (late, or the source stopped: ``next_ms`` None) one cadence, or nothing while no
+    cadence is known."""
+    if next_ms is not None and next_ms - t_ms <= cadence.stale_after_ms(ceiling_ms):
+        return next_ms
+    median = cadence.median_ms()
+    return t_ms + (median if median is not None else 0)
