@@ -171,7 +171,8 @@ def cmd_close(s: Settings, args) -> int:
 
     period = _period(args)
     store = _ledger_engine(s)
-    policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio, s.close_max_unpriced_gpu_hours)
+    policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio, s.close_max_unpriced_gpu_hours,
+                         s.close_max_outside_inventory_gpu_hours)
     result = close_period(store, ClickHouseLedger(store), store.load_checkpoint(PROCESSOR_NAME), period, policy,
                           _wall_ms(), progress)
     if result.already_closed:

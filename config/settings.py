@@ -45,6 +45,9 @@ class Settings(BaseSettings):
         0.01, ge=0, description="Close refuses when physical capacity not accounted for by evidence exceeds this share.")
     close_max_unpriced_gpu_hours: float = Field(
         0.0, ge=0, description="Close refuses when more allocated GPU-hours than this have no rate.")
+    close_max_outside_inventory_gpu_hours: float = Field(
+        0.0, ge=0, description="Close refuses when more GPU-hours than this of evidence fall on GPUs outside the "
+        "approved inventory (publish the inventory instead).")
     failpoint_store_outage: tuple[float, float] | None = Field(
         None, description="Fault suite only: refuse store writes from AFTER_S after start for FOR_S seconds.")
     failpoint_clock_skew_s: float = Field(

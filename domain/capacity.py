@@ -5,7 +5,9 @@ Every capacity unit of every inventory GPU on the node gets facts covering the s
 to the namespace's tenant as of each instant), ``unallocated`` or ``unavailable``. Pieces
 are cut where a maintenance window, a pod's end or a namespace owner change falls inside
 the segment. MIG weights above 1 GPU are flagged with an ``over_allocated`` fact, never
-clipped. A device held but absent from the inventory is kept, unattributed, with a reason.
+clipped. A device held outside the approved inventory (absent from it, or outside its
+validity) is kept as ``outside_inventory`` evidence, unattributed, with a reason naming the
+GPU: it is no physical capacity, so no tenant is charged for it until the inventory says so.
 """
 
 from __future__ import annotations
@@ -70,11 +72,25 @@ def segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: st
                              a0, b0, "over_allocated", None, "", reason))
     for device in sorted(set(holders) - known):
         if device.startswith(("GPU-", "MIG-")):
-            whole = device.startswith("GPU-") and "::" not in device
-            unit = Unit(device, 1.0 if whole else 0.0, "exclusive" if whole else "unknown", "", "unattributed")
-            reason = f"device {device} is not in the inventory"
-            out += _unit_facts(book, seg, None, unit, start, end, holders[device], [], reason)
+            out += _outside_facts(inv, book, seg, device, holders[device])
     return out
+
+
+def _outside_facts(inv: Inventory, book: OwnershipBook, seg: Segment, device: str,
+                   holder) -> list[tuple[str, CapacityFact, Piece]]:
+    """A device the kubelet assigned that the inventory does not approve at that time."""
+    whole = device.startswith("GPU-") and "::" not in device
+    entries = inv.entries(device.split("::")[0])
+    gpu = entries[0] if entries else None
+    unit = Unit(device, 1.0 if whole else 0.0, gpu.mode if gpu else ("exclusive" if whole else "unknown"), "",
+                "unattributed")
+    where = "outside its validity in" if gpu else "not in"
+    reason = (f"GPU {device} on {seg.node} is {where} the approved inventory: publish inventory.json with it "
+              "(gpuledger load inventory)")
+    pod = book.pod_at(holder[0], holder[1], seg.start)
+    owner = _owner(book, holder, pod, seg.start, "unattributed")[0]
+    return [make_fact(seg, device.split("::")[0], device, gpu.gpu_class if gpu else "unknown", unit.mode, "",
+                      unit.fraction, seg.start, seg.end, "outside_inventory", owner, "unattributed", reason)]
 
 
 def _unit_facts(book: OwnershipBook, seg: Segment, gpu: GpuEntry | None, unit: Unit, a0: int, b0: int,

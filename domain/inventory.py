@@ -95,6 +95,10 @@ class Inventory:
                 return g
         return None
 
+    def entries(self, gpu_uuid: str) -> list[GpuEntry]:
+        """Every entry of a GPU, whenever valid."""
+        return list(self._by_uuid().get(gpu_uuid, ()))
+
     def _by_uuid(self) -> dict[str, list[GpuEntry]]:
         if self._index is None or self._index[0] is not self.gpus:
             index: dict[str, list[GpuEntry]] = {}

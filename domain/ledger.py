@@ -35,6 +35,7 @@ class ClosePolicy:
     max_unattributed_ratio: float  # allocated capacity without a tenant, of physical
     max_difference_ratio: float  # |physical - accounted| (evidence gaps, over-allocation), of physical
     max_unpriced_gpu_hours: float  # allocated hours of classes no rate card prices
+    max_outside_inventory_gpu_hours: float = 0.0  # evidence on GPUs the inventory does not approve then
 
 
 def _hours(micro: int) -> str:
@@ -116,6 +117,7 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
             "unavailable_gpu_hours": _hours(micro["unavailable"]),
             "difference_gpu_hours": _hours(micro["unreconciled"]),
             "unattributed_gpu_hours": _hours(micro["unattributed"]),
+            "outside_inventory_gpu_hours": f"{platform.get('outside_inventory_gpu_hours', 0.0):.6f}",
             **{k: _money(v) for k, v in money.items() if k != "difference"},
             "difference_money": _money(money["difference"]),
             "corrections": _money(sum((ln.amount for ln in booked_corrections), Decimal(0))),
@@ -144,6 +146,11 @@ def _gaps(showback: dict, priced: Priced, context: dict) -> list[dict]:
         gaps.append({"kind": "allocated_without_telemetry", "gpu_hours": f"{unknown:.6f}"})
     if priced.micro_gpu_hours["unreconciled"]:
         gaps.append({"kind": "physical_without_evidence", "gpu_hours": _hours(priced.micro_gpu_hours["unreconciled"])})
+    gaps += [{"kind": "outside_inventory", "gpu_uuid": o["gpu_uuid"], "node": o["node"],
+              "gpu_hours": f"{o['gpu_hours']:.6f}"} for o in platform.get("outside_inventory", ())]
+    gaps += [{"kind": "evidence_short", "gpu_uuid": e["gpu_uuid"], "node": e["node"],
+              "reached": format_rfc3339(e["reached_ms"]), "needed": format_rfc3339(e["needed_to_ms"])}
+             for e in platform.get("evidence_short", ())]
     if context.get("dead_lettered"):
         gaps.append({"kind": "dead_lettered_records", "count": context["dead_lettered"]})
     return gaps
@@ -155,8 +162,12 @@ def refusals(doc: dict, priced: Priced, policy: ClosePolicy, to_ms: int) -> list
     r = doc["reconciliation"]
     evidence = parse_rfc3339_ms(doc["evidence_to"])
     if evidence < to_ms:
-        out.append(f"evidence reaches only {doc['evidence_to']}, the period ends {doc['period_end']}: "
-                   "ingest and process the rest of the period, then close")
+        short = [g for g in doc.get("data_gaps", ()) if g["kind"] == "evidence_short"]
+        which = "; ".join(f"{g['gpu_uuid']} on {g['node']} to {g['reached']} of {g['needed']}" for g in short[:5])
+        more = "" if len(short) <= 5 else " and more"
+        out.append(f"evidence reaches only {doc['evidence_to']}, the period ends {doc['period_end']}"
+                   + (f"; GPUs that fall short of the period or of their inventory end: {which}{more}"
+                      if short else "") + ": ingest and process the rest of the period, then close")
     if not doc["ratecard_versions"] or any(ln["charge_class"] == "Regular" and not ln["ratecard_version"]
                                            for ln in doc["lines"]):
         out.append("no rate card covers the period: publish ratecards.json with valid_from at or before the period")
@@ -172,6 +183,13 @@ def refusals(doc: dict, priced: Priced, policy: ClosePolicy, to_ms: int) -> list
         ratio = value / physical
         if ratio > Decimal(str(limit)):
             out.append(f"{value:.6f} GPU-hours ({ratio:.2%}) {what}; the policy allows {limit:.2%}: {fix}")
+    outside = Decimal(r.get("outside_inventory_gpu_hours", "0"))
+    if outside > Decimal(str(policy.max_outside_inventory_gpu_hours)):
+        gpus = sorted({f"{g['gpu_uuid']} on {g['node']}" for g in doc.get("data_gaps", ()) if g["kind"] == "outside_inventory"})
+        out.append(f"{outside:.6f} GPU-hours of evidence on GPUs outside the approved inventory ({', '.join(gpus[:5])}"
+                   f"{' and more' if len(gpus) > 5 else ''}); the policy allows {policy.max_outside_inventory_gpu_hours}: "
+                   "publish inventory.json with them (gpuledger load inventory FILE --cluster ID), "
+                   "or raise close_max_outside_inventory_gpu_hours")
     unpriced = sum(priced.unpriced_gpu_hours.values())
     if unpriced > policy.max_unpriced_gpu_hours:
         classes = ", ".join(sorted(priced.unpriced_gpu_hours))

@@ -96,6 +96,12 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         "difference_gpu_hours": round(physical - by_kind["allocated"] - by_kind["unallocated"]
                                       - by_kind["unavailable"], 9) + 0.0,
         "unattributed_samples": {reason: n for reason, n in rows["unattributed_samples"]},
+        "outside_inventory_gpu_hours": by_kind.get("outside_inventory", 0.0),
+        "outside_inventory": [{"gpu_uuid": g, "node": n, "gpu_hours": h}
+                              for g, n, h in rows.get("outside_inventory", ())],
+        "evidence_short_gpus": len(rows.get("evidence_short", ())),
+        "evidence_short": [{"gpu_uuid": g, "node": n, "needed_to_ms": need, "reached_ms": reach}  # the furthest behind
+                           for g, n, need, reach in rows.get("evidence_short", ())[:20]],
     }
     platform["idle_gpu_hours"] = _idle_classes(tenants.values(), platform, rows.get("fragmentation", ()))
     listed = sorted(tenants.values(), key=lambda e: e["tenant_id"])

@@ -18,6 +18,24 @@ def evidence_end_sql(db: str) -> str:
     return f"SELECT max(valid_to_ms) FROM {db}.capacity_facts"
 
 
+def evidence_short_sql(db: str) -> str:
+    """Inventory GPUs whose evidence does not reach the end of the window or of their
+    inventory validity, whichever is first: (GPU, node, needed until, reached)."""
+    return f"""SELECT i.gpu_uuid, i.node, i.need_ms, c.reach_ms
+        FROM (SELECT gpu_uuid, any(node) AS node, least(max(coalesce(valid_to_ms, %(t)s)), %(t)s) AS need_ms
+              FROM {db}.inventory_gpus FINAL
+              WHERE valid_from_ms < %(t)s AND coalesce(valid_to_ms, %(t)s) > %(f)s GROUP BY gpu_uuid) AS i
+        LEFT JOIN (SELECT gpu_uuid, max(valid_to_ms) AS reach_ms FROM {db}.capacity_facts
+                   WHERE kind != 'outside_inventory' GROUP BY gpu_uuid) AS c ON c.gpu_uuid = i.gpu_uuid
+        WHERE c.reach_ms < i.need_ms ORDER BY c.reach_ms, i.gpu_uuid"""
+
+
+def outside_inventory_sql(db: str) -> str:
+    """Evidence of GPUs the inventory does not approve at that time, per GPU."""
+    return f"""SELECT gpu_uuid, node, sum({CLIPPED_GPU_MS}) / 3600000 FROM {db}.capacity_facts FINAL
+        WHERE kind = 'outside_inventory' AND {IN_WINDOW} GROUP BY gpu_uuid, node ORDER BY gpu_uuid, node"""
+
+
 def tenant_capacity_sql(db: str) -> str:
     return f"""SELECT tenant_id, mode, confidence, sum({CLIPPED_GPU_MS}) / 3600000 AS gpu_hours
         FROM {db}.capacity_facts FINAL
@@ -161,7 +179,8 @@ def class_buckets_sql(db: str) -> str:
     return f"""SELECT gpu_class, multiIf(kind = 'allocated', 'unattributed',
                 kind = 'unallocated' AND mode = 'mig' AND profile = '', 'fragmentation', kind) AS bucket,
             sum({CLIPPED_GPU_MS}) / 3600000
-        FROM {db}.capacity_facts FINAL WHERE {IN_WINDOW} AND NOT (kind = 'allocated' AND tenant_id != '')
+        FROM {db}.capacity_facts FINAL
+        WHERE {IN_WINDOW} AND NOT (kind = 'allocated' AND tenant_id != '') AND kind != 'outside_inventory'
         GROUP BY gpu_class, bucket ORDER BY gpu_class, bucket"""
 
 
@@ -185,9 +204,16 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     db = reader.db
     _, end = reader.query(evidence_end_sql(db))
     evidence_end = end[0][0] if end and end[0][0] is not None else from_ms
-    window_to = max(from_ms, min(to_ms, int(evidence_end)))
+    short = reader.query(evidence_short_sql(db), {"f": from_ms, "t": to_ms})[1]
+    # Complete evidence (every inventory GPU covered to the window's end or its own) shows the
+    # whole window; otherwise the showback is provisional up to the latest evidence.
+    physical = reader.query(physical_sql(db), {"f": from_ms, "t": to_ms})[1]
+    complete = not short and bool(physical and physical[0][0])
+    window_to = to_ms if complete else max(from_ms, min(to_ms, int(evidence_end)))
     p = {"f": from_ms, "t": window_to}
     rows = ShowbackRows(from_ms=from_ms, to_ms=to_ms, as_of_ms=window_to)
+    rows["evidence_short"] = short
+    rows["outside_inventory"] = reader.query(outside_inventory_sql(db), p)[1]
     rows["tenant_capacity"] = reader.query(tenant_capacity_sql(db), p)[1]
     rows["tenant_utilization"] = reader.query(tenant_utilization_sql(db), p)[1]
     rows["tenant_profiles"] = reader.query(tenant_profile_sql(db), p)[1]
