@@ -149,9 +149,9 @@ class Attributor:
         self.counters.scrapes += 1
         self.counters.samples += len(rows)
         node_end, median = self._node_end_ms(node), st.scrape_cadence.median_ms()
-        if node_end is not None and median is not None and node_end <= observed_at_ms + median:
+        if node_end is not None and median is not None and observed_at_ms < node_end <= observed_at_ms + median:
             # the node's last scrape before it leaves the inventory: one cadence, never past its end
-            self._end_scrape(node, st, observed_at_ms, max(observed_at_ms, min(observed_at_ms + median, node_end)))
+            self._end_scrape(node, st, observed_at_ms, min(observed_at_ms + median, node_end))
             st.dcgm_open, st.dcgm_closed_until_ms = False, observed_at_ms + median
         return parsed.skipped
 

@@ -57,8 +57,8 @@ class NodeState:
             self._queue(start, start, t_ms, self.last_holders, self.last_pos)
         self.last_ms, self.last_holders, self.last_pos, self.open = t_ms, holders, tuple(pos), True
         median = self.snapshot_cadence.median_ms()
-        if node_end_ms is not None and median is not None and node_end_ms <= t_ms + median:
-            end = max(t_ms, min(t_ms + median, node_end_ms))
+        if node_end_ms is not None and median is not None and t_ms < node_end_ms <= t_ms + median:
+            end = min(t_ms + median, node_end_ms)
             self._queue(t_ms, end, end, holders, tuple(pos))
             self.open, self.closed_until_ms = False, t_ms + median
 

@@ -205,12 +205,14 @@ SERVICE_SHARE_HOURS = {t: 6.0 * u / 320_000 for t, u in SERVICE_UNITS.items()}
 # -- a month with known money (the ledger) -------------------------------------------------
 NOV_1 = parse_rfc3339_ms("2026-11-01T00:00:00Z")
 DEC_1 = parse_rfc3339_ms("2026-12-01T00:00:00Z")
-GAP_HOURS = (301, 302)  # node-b's snapshots at these hours after T0 are late: a 3 h gap at close
+# node-b's snapshots at these hours after T0 are late: at close, the one at 300 h stands for its
+# hour (one cadence) and 301..304 h is a 3 h gap
+GAP_HOURS = (301, 302, 303)
 
 
 def month_plan() -> ClusterPlan:
     """October and November 2026, 2 nodes x 4 H100, hourly snapshots and scrapes (run with a
-    PodResources grace of 2 h and a sample span of 1 h):
+    PodResources grace of 2 h and a staleness ceiling of 2 h):
 
     - alpha (quota 2) holds 3 GPUs on node-a all the time;
     - beta (no quota) holds node-a's 4th GPU 100..400 h;
@@ -255,7 +257,7 @@ def month_plan() -> ClusterPlan:
 
 MONTH_CREDITS = [{"credit_id": "cr-2026-10-alpha-sla", "tenant_id": "alpha", "period": "2026-10", "amount": "100.00",
                   "reason": "SLA credit: node-a maintenance overran"}]
-# October at close (node-b has no evidence 300..303 h): by hand from the plan.
+# October at close (node-b has no evidence 301..304 h): by hand from the plan.
 # alpha: 1488 h x 2.50 + 744 h x 1.50 + 2.50 tokens + 2232.00 overhead - 100.00 credit
 # beta: 300 h x 1.50 + 5.00 tokens + 300.00 overhead; gamma: 297 h x 2.50 + 297 h x 1.50 + 594.00 overhead
 OCTOBER_TOTALS = {"alpha": "6970.50", "beta": "755.00", "gamma": "1782.00"}

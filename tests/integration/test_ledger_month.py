@@ -6,7 +6,7 @@ ledger's hash does not change; the FOCUS export passes a column-and-type check; 
 statement renders in headless Chromium.
 
 Truth is in tests/plans.py (``month_plan``): October 2026 at hourly evidence, with node-b's
-snapshots at 301 h and 302 h held back until after October is closed.
+snapshots at 301, 302 and 303 h held back until after October is closed.
 """
 
 from __future__ import annotations
