@@ -199,7 +199,8 @@ def cmd_produce(s: Settings, args) -> int:
     topics = topics_for(s)
     ensure_topics(s.kafka_bootstrap, topics)
     sink = PublishSink(KafkaPublisher(s.kafka_bootstrap), topics, s.cluster_id,
-                       lambda: time.time_ns() // 1_000_000, source=f"live-{args.source}")
+                       lambda: time.time_ns() // 1_000_000, source=f"live-{args.source}",
+                       max_future_ms=int(s.max_future_skew_s * 1000))
     if args.record:
         sink = TeeSink(sink, CaptureSink(Path(args.record), s.cluster_id))
     run_producers(s, [args.source], sink, _deadline(args, s))
