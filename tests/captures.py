@@ -105,10 +105,17 @@ def spoil(capture: Path) -> dict[str, str]:
     return expected
 
 
-def without_documents(capture: Path) -> None:
-    """The capture ``spoil`` leaves behind, had it held only its good lines."""
+def without_documents(capture: Path, keep_in: Path | None = None) -> dict[str, Path]:
+    """The capture ``spoil`` leaves behind, had it held only its good lines: the reference
+    documents ``spoil`` replaces are moved to ``keep_in`` (to be loaded on their own), or
+    removed. Returns {kind: where it was kept}."""
+    kept = {}
     for name in bad_input(capture)[1]:
+        if keep_in is not None and (capture / name).exists():
+            keep_in.mkdir(parents=True, exist_ok=True)
+            kept[name.removesuffix(".json")] = shutil.move(capture / name, keep_in / name)
         (capture / name).unlink(missing_ok=True)
+    return kept
 
 
 VGPU_OPTIONAL = ("vm_uuid", "vm_name")

@@ -5,7 +5,9 @@
   and cost centre.
 - A capture mixing good lines with every line that once stopped ``ingest`` (and implausible
   ones) is published: ingest exits 0, each bad line is a dead letter naming its file, line and
-  cause, and the good lines give exactly the facts of the capture without the bad lines."""
+  cause, and the good lines give exactly the facts of the capture without the bad lines (the
+  good inventory and rate cards, whose files the bad capture replaces, are loaded on their
+  own into both deployments)."""
 
 import shutil
 import uuid
@@ -96,12 +98,16 @@ def test_bad_lines_are_dead_letters_and_the_rest_gives_the_clean_facts(broker, t
     dirty = tmp_path / "dirty"
     shutil.copytree(clean, dirty)
     expected = spoil(dirty)
-    without_documents(clean)
+    documents = without_documents(clean, keep_in=tmp_path / "reference")
+    assert set(documents) == {"inventory", "ratecards"}
+    cluster = orjson.loads((clean / "manifest.json").read_bytes())["cluster_id"]
 
     stacks = {name: _stack(broker, tmp_path, name) for name in ("clean", "dirty")}
     facts = {}
     for name, cap in (("clean", clean), ("dirty", dirty)):
         stack = stacks[name]
+        for kind, path in documents.items():
+            stack.run("load", kind, str(path), "--cluster", cluster)
         ingest = stack.run("ingest", str(cap))  # exits 0: rejections are reported, not failures
         stack.run("process", "--until-caught-up")
         facts[name] = {**stack.facts(), "request_facts": _query(
@@ -110,7 +116,8 @@ def test_bad_lines_are_dead_letters_and_the_rest_gives_the_clean_facts(broker, t
         if name == "dirty":
             assert f"rejected (dead-lettered) lines: {len(expected)}" in ingest.stdout, ingest.stdout
     assert facts["dirty"] == facts["clean"]
-    assert all(facts["clean"][t] for t in ("capacity_facts", "utilization_facts", "request_facts"))
+    assert all(facts["clean"][t] for t in ("capacity_facts", "utilization_facts", "request_facts")), \
+        {t: len(rows) for t, rows in facts["clean"].items()}
 
     dead = {d["source"]: d for d in _dead_letters(f"{stacks['dirty'].prefix}.dead-letter") if d["stage"] == "ingest"}
     assert set(dead) == set(expected)
