@@ -201,7 +201,9 @@ class _Ingest:
         if reason is not None:
             self.reject(where, reason, raw)
             return
-        self.publish(where, records(line), raw)
+        if self.publish(where, records(line), raw) and isinstance(line, WatchLine):
+            ts = line.observed_at_ms
+            self.last_watch_ms = ts if self.last_watch_ms is None else max(self.last_watch_ms, ts)
 
     def handlers(self) -> dict[str, tuple[type[Line], Callable[[Line], list[tuple]]]]:
         return {"k8s-watch.jsonl": (WatchLine, self.on_watch), "podresources.jsonl": (PodResourcesLine, self.on_podresources),
@@ -220,9 +222,7 @@ class _Ingest:
             self.publish("k8s-watch.jsonl:end", self._watch_records(event, self.last_watch_ms), b"")
 
     def on_watch(self, line: WatchLine) -> list[tuple]:
-        ts = line.observed_at_ms
-        self.last_watch_ms = ts if self.last_watch_ms is None else max(self.last_watch_ms, ts)
-        return self._watch_records(line.event, ts)
+        return self._watch_records(line.event, line.observed_at_ms)
 
     def _watch_records(self, event: dict, ts: int) -> list[tuple]:
         obj = event["object"]
