@@ -46,9 +46,12 @@ class Line(BaseModel):
         return parse_rfc3339_ms(self.observed_at)
 
 
+_JSON_TYPES = {str: "string", list: "list", int: "number", float: "number", bool: "boolean"}
+
+
 def _object_or_missing(obj: dict, key: str, where: str) -> None:
     if obj.get(key) is not None and not isinstance(obj[key], dict):
-        raise ValueError(f"{where}.{key} must be an object, got a JSON {type(obj[key]).__name__}")
+        raise ValueError(f"{where}.{key} must be an object, got a JSON {_JSON_TYPES.get(type(obj[key]), 'value')}")
 
 
 class WatchLine(Line):
@@ -69,7 +72,7 @@ class WatchLine(Line):
         if v["type"] not in ("BOOKMARK", "ERROR") and not meta.get("uid"):
             # nothing to key it by, and nothing the fold could attribute it to
             raise ValueError(f"{v['type']} event without metadata.uid")
-        if not isinstance(meta.get("uid", ""), str):
+        if meta.get("uid") is not None and not isinstance(meta["uid"], str):
             raise ValueError(f"event.object.metadata.uid must be a string, got {meta['uid']!r}")
         return v
 
