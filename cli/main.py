@@ -77,7 +77,8 @@ def cmd_ingest(s: Settings, args) -> int:
 
     topics = topics_for(s)
     ensure_topics(s.kafka_bootstrap, topics)
-    summary = ingest_capture(Path(args.dir), KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms, progress)
+    summary = ingest_capture(Path(args.dir), KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms, progress,
+                             max_future_ms=int(s.max_future_skew_s * 1000))
     print(summary.render())
     return 0
 

@@ -137,8 +137,10 @@ def _clock(s: Settings, node: str, metrics: list, topics):
     return clock, clock.now_ms
 
 
-def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_progress) -> None:
-    """Run the producers of ``sources`` into ``sink`` until ``deadline`` is set, then flush."""
+def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_progress,
+                  on_clock=lambda now_ms: None) -> None:
+    """Run the producers of ``sources`` into ``sink`` until ``deadline`` is set, then flush.
+    ``on_clock`` is given the process's clock (the broker's, where it is measured) before any poll."""
     from prometheus_client import CollectorRegistry
 
     from gpuledger.producers.runtime import ProducerMetrics
@@ -153,6 +155,7 @@ def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_pro
         shown = "127.0.0.1" if s.metrics_addr in ("0.0.0.0", "::") else s.metrics_addr
         progress(f"produce: metrics at http://{shown}:{port}/metrics")
     clock, now_ms = _clock(s, node, list(metrics.values()), topics_for(s))
+    on_clock(now_ms)
     threads = [threading.Thread(target=producer.run, args=(sink, deadline, now_ms), name=f"produce-{src}", daemon=True)
                for src, producer in producers.items()]
     if getattr(deadline, "for_s", None):
@@ -198,11 +201,13 @@ def cmd_produce(s: Settings, args) -> int:
         raise UsageError("set the cluster: --cluster ID or GPULEDGER_CLUSTER_ID")
     topics = topics_for(s)
     ensure_topics(s.kafka_bootstrap, topics)
-    sink = PublishSink(KafkaPublisher(s.kafka_bootstrap), topics, s.cluster_id,
-                       lambda: time.time_ns() // 1_000_000, source=f"live-{args.source}")
+    # the publisher's clock (ingested_at, the event-time bound): the broker's once measured
+    clock = {"now_ms": lambda: time.time_ns() // 1_000_000}
+    sink = PublishSink(KafkaPublisher(s.kafka_bootstrap), topics, s.cluster_id, lambda: clock["now_ms"](),
+                       source=f"live-{args.source}", max_future_ms=int(s.max_future_skew_s * 1000))
     if args.record:
         sink = TeeSink(sink, CaptureSink(Path(args.record), s.cluster_id))
-    run_producers(s, [args.source], sink, _deadline(args, s))
+    run_producers(s, [args.source], sink, _deadline(args, s), on_clock=lambda now_ms: clock.update(now_ms=now_ms))
     return 0
 
 

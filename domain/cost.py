@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
+from gpuledger.domain.bounds import check_rate
 from gpuledger.domain.endpoints import largest_remainder
 from gpuledger.domain.timeutil import month_bounds_ms, parse_rfc3339_ms
 
@@ -50,24 +51,44 @@ def to_decimal(value: object) -> Decimal:
 
 
 def parse_ratecards(doc: list) -> list[RateCard]:
+    """ratecards.json -> cards sorted by validity; every rate and amount must be a finite
+    number, 0 or more. Raises RatecardError naming the card and field."""
     if not isinstance(doc, list):
         raise RatecardError("rate cards must be a JSON list")
     out = []
     for i, c in enumerate(doc):
+        if not isinstance(c, dict):
+            raise RatecardError(f"ratecards[{i}] must be an object, got {c!r}")
         try:
             tokens, overhead = c.get("per_million_tokens") or {}, c.get("overhead") or {}
+            gpu_hour = c.get("gpu_hour") or {}
+            if not all(isinstance(x, dict) for x in (tokens, overhead, gpu_hour, *gpu_hour.values())):
+                raise ValueError("gpu_hour (and each class in it), per_million_tokens and overhead must be objects")
             rule = str(overhead.get("rule", "proportional_to_allocation"))
             if rule != "proportional_to_allocation":
                 raise ValueError(f"overhead rule {rule!r} is not known (proportional_to_allocation is)")
+            _check_rates(c, gpu_hour, tokens, overhead)
             out.append(RateCard(
                 str(c["version"]), parse_rfc3339_ms(c["valid_from"]),
                 parse_rfc3339_ms(c["valid_to"]) if c.get("valid_to") else None, str(c.get("currency", "USD")),
-                {cls: {k: to_decimal(v) for k, v in rates.items()} for cls, rates in (c.get("gpu_hour") or {}).items()},
+                {cls: {k: to_decimal(v) for k, v in rates.items()} for cls, rates in gpu_hour.items()},
                 to_decimal(tokens.get("input", 0)), to_decimal(tokens.get("output", 0)),
                 to_decimal(overhead.get("amount", 0)), rule))
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise RatecardError(f"ratecards[{i}]: {exc!r}; needs version, valid_from and numeric rates") from exc
     return sorted(out, key=lambda c: c.valid_from_ms)
+
+
+def _check_rates(card: dict, gpu_hour: dict, tokens: dict, overhead: dict) -> None:
+    named = [(f"gpu_hour.{cls}.{k}", v) for cls, rates in gpu_hour.items() for k, v in rates.items()]
+    named += [(f"per_million_tokens.{k}", tokens[k]) for k in ("input", "output") if k in tokens]
+    named += [("overhead.amount", overhead["amount"])] if "amount" in overhead else []
+    weights = card.get("endpoint_share_weights") or {}
+    named += [(f"endpoint_share_weights.{k}", v) for k, v in weights.items()] if isinstance(weights, dict) else []
+    for name, value in named:
+        reason = check_rate(value, name)
+        if reason:
+            raise ValueError(reason)
 
 
 def card_windows(cards: list[RateCard], from_ms: int, to_ms: int) -> list[tuple[RateCard | None, int, int]]:

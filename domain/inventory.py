@@ -124,6 +124,8 @@ def parse_inventory(doc: dict) -> Inventory:
     inv = Inventory(mig_profile_weights={c: {p: float(w) for p, w in ws.items()} for c, ws in weights.items()},
                     vgpu_profile_weights={p: float(w) for p, w in vgpu_weights.items()})
     for i, g in enumerate(doc["gpus"]):
+        if not isinstance(g, dict):
+            raise InventoryError(f"gpus[{i}] must be an object, got {g!r}")
         try:
             mode = str(g.get("mode", "exclusive"))
             if mode not in ("exclusive", "mig", "timeslice", "vgpu"):
@@ -146,7 +148,10 @@ def parse_inventory(doc: dict) -> Inventory:
             raise InventoryError(f"gpus[{i}]: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:
             raise InventoryError(f"gpus[{i}]: {exc!r}; each GPU needs gpu_uuid, node and RFC 3339 valid_from") from exc
-    for i, u in enumerate(doc.get("unavailable") or []):
+    unavailable = doc.get("unavailable") or []
+    if not isinstance(unavailable, list) or not all(isinstance(u, dict) for u in unavailable):
+        raise InventoryError("unavailable must be a list of objects {gpu_uuid, from, to, reason}")
+    for i, u in enumerate(unavailable):
         try:
             inv.unavailable.append(Unavailability(str(u["gpu_uuid"]), parse_rfc3339_ms(u["from"]),
                                                   parse_rfc3339_ms(u["to"]), str(u.get("reason", ""))))

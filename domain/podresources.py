@@ -38,10 +38,29 @@ def device_holders(response: dict) -> dict[str, DeviceHolder]:
     for i, pod in enumerate(pods):
         if not isinstance(pod, dict) or "name" not in pod or "namespace" not in pod:
             raise PodResourcesError(f"podResources[{i}] needs name and namespace")
-        for container in pod.get("containers") or []:
-            for dev in container.get("devices") or []:
+        if not isinstance(pod["name"], str) or not isinstance(pod["namespace"], str):
+            raise PodResourcesError(f"podResources[{i}] name and namespace must be strings")
+        for j, container in enumerate(_list(pod, "containers", "containers", f"podResources[{i}]")):
+            at = f"podResources[{i}].containers[{j}]"
+            if not isinstance(container, dict):
+                raise PodResourcesError(f"{at} must be an object, got {container!r}")
+            for k, dev in enumerate(_list(container, "devices", "devices", at)):
+                if not isinstance(dev, dict):
+                    raise PodResourcesError(f"{at}.devices[{k}] must be an object, got {dev!r}")
                 resource = _get(dev, "resourceName", "resource_name", "")
-                for device_id in _get(dev, "deviceIds", "device_ids", []) or []:
+                for device_id in _list(dev, "deviceIds", "device_ids", f"{at}.devices[{k}]"):
+                    if not isinstance(device_id, (str, int)) or isinstance(device_id, bool):
+                        raise PodResourcesError(f"{at}.devices[{k}].deviceIds holds {device_id!r}, not a device id")
                     holders[str(device_id)] = DeviceHolder(pod["namespace"], pod["name"],
-                                                           container.get("name", ""), resource)
+                                                           str(container.get("name") or ""), str(resource or ""))
     return holders
+
+
+def _list(obj: dict, camel: str, snake: str, at: str) -> list:
+    """A repeated field: missing or null is empty; anything but a list is an error."""
+    value = _get(obj, camel, snake)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PodResourcesError(f"{at}.{camel} must be a list, got {value!r}")
+    return value

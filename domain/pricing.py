@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 
+from gpuledger.domain.bounds import check_rate
 from gpuledger.domain.cost import RateCard, cents, overhead_pool, round_cents, signed_cents, to_decimal
 from gpuledger.domain.endpoints import MICRO, largest_remainder
 from gpuledger.domain.quota import Quota, split_skus_by_quota
@@ -96,9 +97,12 @@ def parse_credits(doc: list) -> list[Credit]:
     out = []
     for i, c in enumerate(doc):
         try:
+            reason = check_rate(c["amount"], "amount")
+            if reason:
+                raise ValueError(reason)
             out.append(Credit(str(c["credit_id"]), str(c["tenant_id"]), str(c["period"]), to_decimal(c["amount"]),
                               str(c.get("reason", ""))))
-        except (KeyError, TypeError, ArithmeticError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise ValueError(f"credits[{i}]: {exc!r}; needs credit_id, tenant_id, period and amount") from exc
     return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuledger.domain.bounds import check_rate
 from gpuledger.domain.timeutil import MS_PER_HOUR, parse_rfc3339_ms
 
 __all__ = ["Quota", "QuotaError", "parse_quotas", "split_by_quota", "split_skus_by_quota"]
@@ -31,6 +32,9 @@ def parse_quotas(doc: list) -> list[Quota]:
     out = []
     for i, q in enumerate(doc):
         try:
+            reason = check_rate(q["guaranteed_gpus"], "guaranteed_gpus")
+            if reason:
+                raise ValueError(reason)
             out.append(Quota(str(q["tenant_id"]), str(q["gpu_class"]), float(q["guaranteed_gpus"]),
                              parse_rfc3339_ms(q["valid_from"]),
                              parse_rfc3339_ms(q["valid_to"]) if q.get("valid_to") else None))

@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["Published", "Publisher", "ListPublisher"]
+__all__ = ["MAX_RECORD_BYTES", "Published", "Publisher", "ListPublisher"]
+
+# The largest record (key + value, bytes) a publisher takes. A Kafka broker left at its
+# defaults refuses a record batch over message.max.bytes = 1,048,588 bytes; 1,000,000 leaves
+# room for the batch and record headers, so a record that passes this check fits on any
+# broker (the local stack allows 8 MiB). Larger lines are dead letters, never produced.
+MAX_RECORD_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,8 @@ class Published:
 
 
 class Publisher(Protocol):
+    max_record_bytes: int  # records (key + value) above this are refused before producing
+
     def publish(self, topic: str, key: bytes, value: bytes, timestamp_ms: int, partition: int | None = None) -> None:
         """Queue one record; the Kafka timestamp is the record's event time."""
 
@@ -40,10 +48,13 @@ class ListPublisher:
     partition_counts: dict[str, int] = field(default_factory=dict)
     records: list[Published] = field(default_factory=list)
     flushed: int = 0
+    max_record_bytes: int = MAX_RECORD_BYTES
 
     def publish(self, topic: str, key: bytes, value: bytes, timestamp_ms: int, partition: int | None = None) -> None:
         if partition is not None and not 0 <= partition < self.partitions(topic):
             raise ValueError(f"partition {partition} out of range for {topic}")
+        if len(key) + len(value) > self.max_record_bytes:
+            raise ValueError(f"a record of {len(key) + len(value)} bytes is over the limit of {self.max_record_bytes}")
         self.records.append(Published(topic, key, value, timestamp_ms, partition))
 
     def partitions(self, topic: str) -> int:

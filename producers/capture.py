@@ -1,7 +1,11 @@
 """``gpuledger ingest DIR``: publish a capture (``gpuledger-capture/1``) to the source topics.
 
-Each line is checked at the boundary (pydantic); a malformed line goes to the dead-letter
-topic with its file, line number and reason, and the rest of the capture goes on. Event
+Each line is checked at the boundary (``capture_lines``: shape, required fields, bounds);
+its event time must be plausible (``domain.bounds``: not before 2000, at most
+``max_future_ms`` ahead of the publisher's clock) and each record it makes must fit one Kafka
+record (``Publisher.max_record_bytes``). A line that fails any of it goes to the dead-letter
+topic with its file, line number and reason, and the rest of the capture goes on; a
+reference document (inventory, quotas, rate cards, credits) likewise. Event
 time = ``observed_at`` = the Kafka timestamp. Watch BOOKMARK events are sent to every
 partition of the watch topic (they carry no object, and every partition's watermark must
 move); after the last watch line an end-of-capture bookmark at the last ``observed_at``
@@ -10,6 +14,7 @@ does the same, as a live watch's periodic bookmark would.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -17,16 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from gpuledger.domain.inventory import InventoryError, parse_inventory
-from gpuledger.domain.podresources import PodResourcesError, device_holders
+from gpuledger.domain.bounds import EARLIEST_EVENT_MS, check_event_time_ms
 from gpuledger.domain.cost import parse_ratecards
+from gpuledger.domain.inventory import parse_inventory
 from gpuledger.domain.pricing import parse_credits
 from gpuledger.domain.quota import parse_quotas
-from gpuledger.domain.timeutil import parse_rfc3339_ms
+from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.producers.base import Publisher
-from gpuledger.schemas import Codec
+from gpuledger.producers.capture_lines import DcgmLine, Line, PodResourcesLine, RequestLine, VgpuLine, WatchLine
+from gpuledger.schemas import Codec, CodecError
 from gpuledger.streams.topics import Topics
 
 __all__ = ["CAPTURE_FORMAT", "LINE_FILES", "CaptureError", "IngestSummary", "LinePublisher", "ingest_capture"]
@@ -53,99 +59,14 @@ def reference_time(kind: str, raw: bytes) -> int:
         return min((parse_rfc3339_ms(f"{c.period}-01T00:00:00Z") for c in parse_credits(doc)), default=0)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"{kind}.json is not JSON: {exc}") from exc
-    except (InventoryError, KeyError, TypeError) as exc:
-        raise ValueError(str(exc)) from exc
+    except ValueError:
+        raise
+    except (KeyError, TypeError, AttributeError, ArithmeticError) as exc:  # a shape the parser did not expect
+        raise ValueError(f"{kind}.json does not have the documented shape: {exc!r}") from exc
 
 
 class CaptureError(ValueError):
     """The directory is not a capture at all (missing or wrong manifest)."""
-
-
-class _Line(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    observed_at: str
-
-    @field_validator("observed_at")
-    @classmethod
-    def _rfc3339(cls, v: str) -> str:
-        parse_rfc3339_ms(v)
-        return v
-
-
-class _WatchLine(_Line):
-    event: dict
-
-    @field_validator("event")
-    @classmethod
-    def _event(cls, v: dict) -> dict:
-        if v.get("type") not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
-            raise ValueError(f"event.type must be ADDED/MODIFIED/DELETED/BOOKMARK/ERROR, got {v.get('type')!r}")
-        if not isinstance(v.get("object"), dict):
-            raise ValueError("event.object must be an object")
-        return v
-
-
-class _PodResourcesLine(_Line):
-    node: str
-    response: dict
-
-    @field_validator("response")
-    @classmethod
-    def _response(cls, v: dict) -> dict:
-        try:
-            device_holders(v)
-        except PodResourcesError as exc:
-            raise ValueError(str(exc)) from exc
-        return v
-
-
-class _DcgmLine(_Line):
-    node: str
-    exposition: str
-
-
-class _VgpuOwner(BaseModel):
-    tenant_id: str = ""
-    project_id: str = ""
-    cost_center: str = ""
-
-
-class _Vgpu(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    vgpu_uuid: str
-    physical_gpu_uuid: str
-    profile: str
-    vm_uuid: str
-    vm_name: str = ""
-    owner: _VgpuOwner = _VgpuOwner()
-
-
-class _VgpuLine(_Line):
-    host: str
-    vgpus: list[_Vgpu]
-
-
-class _RequestLine(_Line):
-    endpoint_id: str
-    model: str
-    revision: str = ""
-    request_id: str
-    tenant_id: str
-    project_id: str = ""
-    arrived_at: str
-    prompt_tokens: int = Field(ge=0)
-    completion_tokens: int = Field(ge=0)
-    queue_s: float | None = None
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    outcome: str
-
-    @field_validator("outcome")
-    @classmethod
-    def _outcome(cls, v: str) -> str:
-        if v not in ("success", "error", "cancelled"):
-            raise ValueError(f"outcome must be success, error or cancelled, got {v!r}")
-        return v
 
 
 @dataclass
@@ -166,20 +87,46 @@ class IngestSummary:
 LINE_FILES = ("k8s-watch.jsonl", "podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl")
 
 
+DEFAULT_MAX_FUTURE_MS = 86_400_000  # Settings.max_future_skew_s
+
+
 class _Ingest:
+    """Each line: validate (shape, then plausibility), build its records, encode them and check
+    their size; only a line that passes all of it is published, whole. Anything else is a dead
+    letter with its place and reason; only the broker failing (PublishError) stops the run."""
+
     def __init__(self, capture: Path, publisher: Publisher, topics: Topics, cluster_id: str,
-                 wall_ms: Callable[[], int], progress: Callable[[str], None] = lambda _: None) -> None:
+                 wall_ms: Callable[[], int], progress: Callable[[str], None] = lambda _: None,
+                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
         self.capture, self.pub, self.topics, self.cluster = capture, publisher, topics, cluster_id
-        self.wall_ms, self.progress = wall_ms, progress
+        self.wall_ms, self.progress, self.max_future_ms = wall_ms, progress, max_future_ms
         self.summary = IngestSummary()
         self.last_watch_ms: int | None = None
         self.codecs = {t.schema: Codec(t.schema) for t in topics.all()}
 
-    def emit(self, spec, key: str, record: dict, ts_ms: int, partition: int | None = None) -> None:
-        record.setdefault("ingested_at_ms", self.wall_ms())
-        record.setdefault("cluster_id", self.cluster)
-        self.pub.publish(spec.name, key.encode(), self.codecs[spec.schema].encode(record), ts_ms, partition)
-        self.summary.records[spec.name] += 1
+    def publish(self, where: str, records: list[tuple], raw: bytes) -> bool:
+        """Encode ``records`` ((spec, key, record, ts_ms, partition) each) and publish them all,
+        or dead-letter ``raw`` when one does not fit its schema or the size limit."""
+        encoded = []
+        limit = self.pub.max_record_bytes
+        for spec, key, record, ts, partition in records:
+            record.setdefault("ingested_at_ms", self.wall_ms())
+            record.setdefault("cluster_id", self.cluster)
+            try:
+                value = self.codecs[spec.schema].encode(record)
+            except CodecError as exc:
+                self.reject(where, str(exc), raw)
+                return False
+            size = len(key.encode()) + len(value)
+            if size > limit:
+                self.reject(where, f"the record is {size} bytes, over the limit of {limit} bytes per Kafka record "
+                                   "(the broker's message.max.bytes): split the source's output or leave it out", raw)
+                return False
+            encoded.append((spec.name, key.encode(), value, ts, partition))
+        for topic, key, value, ts, partition in encoded:
+            self.pub.publish(topic, key, value, ts, partition)
+            self.summary.records[topic] += 1
+        return True
 
     def reject(self, where: str, reason: str, raw: bytes) -> None:
         self.summary.rejected[where.rsplit(":", 1)[0]] += 1
@@ -190,7 +137,9 @@ class _Ingest:
             "raw": raw[:_RAW_LIMIT]}), self.wall_ms())
         self.summary.records[self.topics.dead_letter.name] += 1
 
-    def lines(self, name: str, model: type[_Line]) -> Iterator[tuple[int, _Line]]:
+    def lines(self, name: str) -> Iterator[tuple[str, object, bytes]]:
+        """(where, the parsed JSON, the raw line) of each non-blank line; lines that are not
+        JSON are dead-lettered here."""
         path = self.capture / name
         if not path.exists():
             return
@@ -204,11 +153,11 @@ class _Ingest:
                 if not raw.strip():
                     continue
                 try:
-                    yield number, model.model_validate(orjson.loads(raw))
+                    obj = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
                     self.reject(f"{name}:{number}", f"not JSON: {exc}", raw)
-                except ValidationError as exc:
-                    self.reject(f"{name}:{number}", _first_error(exc), raw)
+                    continue
+                yield f"{name}:{number}", obj, raw
         self.progress(f"ingest: {name} done")
 
     # -- files ---------------------------------------------------------------------
@@ -223,95 +172,109 @@ class _Ingest:
             except ValueError as exc:
                 self.reject(f"{kind}.json:1", str(exc), raw)
                 continue
-            self.document(kind, raw, ts)
+            if ts and ts < EARLIEST_EVENT_MS:  # 0: valid from the beginning
+                self.reject(f"{kind}.json:1", f"earliest validity {format_rfc3339(ts)} is before "
+                                              f"{format_rfc3339(EARLIEST_EVENT_MS)}, the earliest plausible time", raw)
+                continue
+            self.document(kind, raw, ts, f"{kind}.json:1")
 
-    def document(self, kind: str, raw: bytes, ts: int) -> None:
-        self.emit(self.topics.reference, f"{self.cluster}/{kind}",
-                  {"observed_at_ms": ts, "kind": kind, "document_json": raw.decode()}, ts)
+    def document(self, kind: str, raw: bytes, ts: int, where: str) -> bool:
+        return self.publish(where, [(self.topics.reference, f"{self.cluster}/{kind}",
+                                     {"observed_at_ms": ts, "kind": kind, "document_json": raw.decode()}, ts, None)], raw)
 
     # -- one line of each file (a capture's or a live producer's) -----------------------
-    def put(self, name: str, obj: dict, where: str) -> None:
+    def put(self, name: str, obj: object, where: str, raw: bytes | None = None) -> None:
         """Validate one capture-format line of file ``name`` and publish it (or dead-letter it)."""
-        model, handler = self.handlers()[name]
+        model, records = self.handlers()[name]
+        raw = _dumps(obj) if raw is None else raw
         try:
             line = model.model_validate(obj)
         except ValidationError as exc:
-            self.reject(where, _first_error(exc), orjson.dumps(obj))
+            self.reject(where, _first_error(exc), raw)
             return
-        handler(where, line)
+        reason = check_event_time_ms(line.observed_at_ms, self.wall_ms(), self.max_future_ms)
+        if reason is None and isinstance(line, RequestLine) and line.arrived_at is not None:
+            reason = check_event_time_ms(line.arrived_at_ms(), self.wall_ms(), self.max_future_ms)
+            reason = reason and f"arrived_at: {reason}"
+        elif reason is not None:
+            reason = f"observed_at: {reason}"
+        if reason is not None:
+            self.reject(where, reason, raw)
+            return
+        if self.publish(where, records(line), raw) and isinstance(line, WatchLine):
+            ts = line.observed_at_ms
+            self.last_watch_ms = ts if self.last_watch_ms is None else max(self.last_watch_ms, ts)
 
-    def handlers(self) -> dict:
-        return {"k8s-watch.jsonl": (_WatchLine, self.on_watch), "podresources.jsonl": (_PodResourcesLine, self.on_podresources),
-                "dcgm.jsonl": (_DcgmLine, self.on_dcgm), "vgpu.jsonl": (_VgpuLine, self.on_vgpu),
-                "requests.jsonl": (_RequestLine, self.on_request)}
+    def handlers(self) -> dict[str, tuple[type[Line], Callable[[Line], list[tuple]]]]:
+        return {"k8s-watch.jsonl": (WatchLine, self.on_watch), "podresources.jsonl": (PodResourcesLine, self.on_podresources),
+                "dcgm.jsonl": (DcgmLine, self.on_dcgm), "vgpu.jsonl": (VgpuLine, self.on_vgpu),
+                "requests.jsonl": (RequestLine, self.on_request)}
 
     def file(self, name: str) -> None:
-        model, handler = self.handlers()[name]
-        for number, line in self.lines(name, model):
-            handler(f"{name}:{number}", line)
+        for where, obj, raw in self.lines(name):
+            self.put(name, obj, where, raw)
 
     def watch(self) -> None:
         self.file("k8s-watch.jsonl")
         if self.last_watch_ms is not None:
-            self._watch_event(self.topics.k8s, {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {
-                "annotations": {"gpuledger.io/end-of-capture": "true"}}}}, self.last_watch_ms)
+            event = {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {
+                "annotations": {"gpuledger.io/end-of-capture": "true"}}}}
+            self.publish("k8s-watch.jsonl:end", self._watch_records(event, self.last_watch_ms), b"")
 
-    def on_watch(self, where: str, line: _WatchLine) -> None:
-        ts = parse_rfc3339_ms(line.observed_at)
-        self.last_watch_ms = ts if self.last_watch_ms is None else max(self.last_watch_ms, ts)
-        meta = (line.event.get("object") or {}).get("metadata") or {}
-        if line.event["type"] not in ("BOOKMARK", "ERROR") and not meta.get("uid"):
-            # nothing to key it by, and nothing the fold could attribute it to
-            self.reject(where, f"{line.event['type']} event without metadata.uid", orjson.dumps(line.event))
-            return
-        self._watch_event(self.topics.k8s, line.event, ts)
+    def on_watch(self, line: WatchLine) -> list[tuple]:
+        return self._watch_records(line.event, line.observed_at_ms)
 
-    def _watch_event(self, spec, event: dict, ts: int) -> None:
+    def _watch_records(self, event: dict, ts: int) -> list[tuple]:
         obj = event["object"]
         meta = obj.get("metadata") or {}
         record = {"observed_at_ms": ts, "event_type": event["type"], "kind": str(obj.get("kind") or ""),
                   "uid": str(meta.get("uid") or ""), "namespace": str(meta.get("namespace") or ""),
                   "name": str(meta.get("name") or ""), "resource_version": str(meta.get("resourceVersion") or ""),
-                  "object_json": orjson.dumps(obj).decode()}
+                  "object_json": _dumps(obj).decode()}
+        spec = self.topics.k8s
         if event["type"] in ("BOOKMARK", "ERROR"):
-            for p in range(self.pub.partitions(spec.name)):
-                self.emit(spec, "watch-marker", dict(record), ts, partition=p)
-        else:
-            self.emit(spec, record["uid"], record, ts)
+            return [(spec, "watch-marker", dict(record), ts, p) for p in range(self.pub.partitions(spec.name))]
+        return [(spec, record["uid"], record, ts, None)]
 
-    def on_podresources(self, where: str, line: _PodResourcesLine) -> None:
-        ts = parse_rfc3339_ms(line.observed_at)
-        self.emit(self.topics.podresources, line.node, {"observed_at_ms": ts, "node": line.node,
-                                                          "response_json": orjson.dumps(line.response).decode()}, ts)
+    def on_podresources(self, line: PodResourcesLine) -> list[tuple]:
+        ts = line.observed_at_ms
+        return [(self.topics.podresources, line.node, {"observed_at_ms": ts, "node": line.node,
+                                                       "response_json": _dumps(line.response).decode()}, ts, None)]
 
-    def on_dcgm(self, where: str, line: _DcgmLine) -> None:
-        ts = parse_rfc3339_ms(line.observed_at)
-        self.emit(self.topics.dcgm, line.node, {"observed_at_ms": ts, "node": line.node, "exposition": line.exposition}, ts)
+    def on_dcgm(self, line: DcgmLine) -> list[tuple]:
+        ts = line.observed_at_ms
+        return [(self.topics.dcgm, line.node, {"observed_at_ms": ts, "node": line.node, "exposition": line.exposition},
+                 ts, None)]
 
-    def on_vgpu(self, where: str, line: _VgpuLine) -> None:
-        ts = parse_rfc3339_ms(line.observed_at)
+    def on_vgpu(self, line: VgpuLine) -> list[tuple]:
+        ts = line.observed_at_ms
         vgpus = [{"vgpu_uuid": v.vgpu_uuid, "physical_gpu_uuid": v.physical_gpu_uuid, "profile": v.profile,
                   "vm_uuid": v.vm_uuid, "vm_name": v.vm_name, **v.owner.model_dump()} for v in line.vgpus]
-        self.emit(self.topics.vgpu, line.host, {"observed_at_ms": ts, "host": line.host, "vgpus": vgpus}, ts)
+        return [(self.topics.vgpu, line.host, {"observed_at_ms": ts, "host": line.host, "vgpus": vgpus}, ts, None)]
 
-    def on_request(self, where: str, line: _RequestLine) -> None:
-        ts = parse_rfc3339_ms(line.observed_at)
-        try:
-            arrived = parse_rfc3339_ms(line.arrived_at)
-        except ValueError as exc:
-            self.reject(where, f"arrived_at: {exc}", line.model_dump_json().encode())
-            return
+    def on_request(self, line: RequestLine) -> list[tuple]:
+        ts = line.observed_at_ms
         record = line.model_dump(include={"endpoint_id", "model", "revision", "request_id", "tenant_id",
                                           "project_id", "prompt_tokens", "completion_tokens", "queue_s",
                                           "ttft_s", "e2e_s", "outcome"})
-        self.emit(self.topics.requests, line.endpoint_id, {"observed_at_ms": ts, "arrived_at_ms": arrived, **record}, ts)
+        return [(self.topics.requests, line.endpoint_id,
+                 {"observed_at_ms": ts, "arrived_at_ms": line.arrived_at_ms(), **record}, ts, None)]
 
 
 class LinePublisher(_Ingest):
     """Publishes single capture-format lines, as ingest does (for live producers)."""
 
-    def __init__(self, publisher: Publisher, topics: Topics, cluster_id: str, wall_ms: Callable[[], int]) -> None:
-        super().__init__(Path("."), publisher, topics, cluster_id, wall_ms)
+    def __init__(self, publisher: Publisher, topics: Topics, cluster_id: str, wall_ms: Callable[[], int],
+                 max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
+        super().__init__(Path("."), publisher, topics, cluster_id, wall_ms, max_future_ms=max_future_ms)
+
+
+def _dumps(obj: object) -> bytes:
+    """JSON of what a source said; integers beyond 64 bits (which orjson refuses) kept verbatim."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), default=repr).encode()
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -321,7 +284,8 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def ingest_capture(capture: Path, publisher: Publisher, topics: Topics, wall_ms: Callable[[], int],
-                   progress: Callable[[str], None] = lambda _: None) -> IngestSummary:
+                   progress: Callable[[str], None] = lambda _: None,
+                   max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> IngestSummary:
     """Publish every file of the capture, then flush; malformed lines are dead-lettered."""
     manifest_path = capture / "manifest.json"
     try:
@@ -332,7 +296,7 @@ def ingest_capture(capture: Path, publisher: Publisher, topics: Topics, wall_ms:
         raise CaptureError(f"{manifest_path} is not JSON: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != CAPTURE_FORMAT or not manifest.get("cluster_id"):
         raise CaptureError(f"{manifest_path} must say format {CAPTURE_FORMAT!r} and name a cluster_id")
-    job = _Ingest(capture, publisher, topics, str(manifest["cluster_id"]), wall_ms, progress)
+    job = _Ingest(capture, publisher, topics, str(manifest["cluster_id"]), wall_ms, progress, max_future_ms)
     job.documents()
     job.watch()
     for name in ("podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl"):
@@ -350,11 +314,15 @@ def load_reference(path: Path, kind: str, cluster_id: str, publisher: Publisher,
     try:
         raw = path.read_bytes()
         ts = reference_time(kind, raw)
+        if len(raw) > publisher.max_record_bytes - 1024:  # the record adds its cluster, kind and times
+            raise ValueError(f"{len(raw)} bytes is over the limit of {publisher.max_record_bytes} bytes per Kafka "
+                             "record (the broker's message.max.bytes)")
     except OSError as exc:
         raise CaptureError(f"cannot read {path}: {exc.strerror}") from exc
     except ValueError as exc:
         raise CaptureError(f"{path}: {exc}") from exc
     job = _Ingest(path.parent, publisher, topics, cluster_id, wall_ms, lambda _: None)
-    job.document(kind, raw, ts)
+    if not job.document(kind, raw, ts, str(path)):
+        raise CaptureError(f"{path}: {job.summary.first_rejections[-1]}")
     publisher.flush()
     return ts

@@ -6,6 +6,7 @@ import time
 
 from confluent_kafka import KafkaException, Producer
 
+from gpuledger.producers.base import MAX_RECORD_BYTES
 from gpuledger.streams.topics import read_extents
 
 __all__ = ["KafkaPublisher", "PublishError"]
@@ -23,6 +24,8 @@ class KafkaPublisher:
     offset must have grown by at least the records delivered there since the publisher first
     wrote to the topic. A shortfall is an error naming the partition (publishing again is
     harmless: the processor takes repeated records once)."""
+
+    max_record_bytes = MAX_RECORD_BYTES  # checked by the callers before they publish
 
     def __init__(self, bootstrap: str, verify: bool = True) -> None:
         self._bootstrap, self._verify = bootstrap, verify

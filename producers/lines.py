@@ -26,7 +26,7 @@ from typing import Protocol
 import orjson
 
 from gpuledger.producers.base import Publisher
-from gpuledger.producers.capture import CAPTURE_FORMAT, LINE_FILES, LinePublisher
+from gpuledger.producers.capture import CAPTURE_FORMAT, DEFAULT_MAX_FUTURE_MS, LINE_FILES, LinePublisher
 from gpuledger.streams.topics import Topics
 
 __all__ = ["CaptureSink", "LineSink", "MemorySink", "PublishSink", "TeeSink"]
@@ -49,8 +49,8 @@ class PublishSink:
     """Publishes lines to the source topics exactly as ``ingest`` does."""
 
     def __init__(self, publisher: Publisher, topics: Topics, cluster_id: str, wall_ms: Callable[[], int],
-                 source: str = "live") -> None:
-        self._job = LinePublisher(publisher, topics, cluster_id, wall_ms)
+                 source: str = "live", max_future_ms: int = DEFAULT_MAX_FUTURE_MS) -> None:
+        self._job = LinePublisher(publisher, topics, cluster_id, wall_ms, max_future_ms)
         self._source, self._pub, self._lock, self._n = source, publisher, threading.Lock(), 0
 
     def put(self, file: str, line: dict) -> None:

@@ -107,7 +107,8 @@ def parse_vm_owners(doc: object, where: str) -> VmOwners:
             raise OwnersError(f"{at} is not an object")
         values = {}
         for key in ("vm_uuid", "vm_name", "tenant_id", "project_id", "cost_center"):
-            value = entry.get(key, "")
+            value = entry.get(key)
+            value = "" if value is None else value  # missing or null: not given
             if not isinstance(value, str):
                 raise OwnersError(f"{at}.{key} must be a string, got {value!r}")
             values[key] = value.strip()

@@ -16,16 +16,28 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["BrokerStatus", "KafkaBroker", "StackError", "free_port"]
+__all__ = ["BrokerStatus", "KafkaBroker", "StackError", "free_port", "new_cluster_id"]
 
 
 class StackError(RuntimeError):
     """The local stack cannot do what was asked; the message names the fix."""
+
+
+def new_cluster_id(draw: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A random KRaft cluster id: 16 random bytes in unpadded base64url (22 characters).
+
+    ``kafka-storage format -t`` takes an id starting with ``-`` for an option and refuses it
+    (1 draw in 64), so such an id is drawn again, as Kafka's own ``Uuid.randomUuid`` does."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(draw()).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,7 @@ class KafkaBroker:
     def _format(self) -> None:
         if (self.dir / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = new_cluster_id()
         cmd = [self._java(), "-cp", self._classpath(), "kafka.tools.StorageTool",
                "format", "-t", cluster_id, "-c", str(self._props)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -16,12 +16,13 @@ from gpuledger.streams.topics import Topics
 PARTITIONS = 2
 STALE_CEILING_MS = 300_000
 GRACE_MS = 120_000
+WALL_MS = 1_798_761_600_000  # 2027-01-01T00:00:00Z: the publisher's clock, after every test plan's evidence
 
 
 def ingest(capture: Path, prefix: str = "t") -> tuple[Topics, ListPublisher, IngestSummary]:
     topics = Topics(prefix, PARTITIONS)
     pub = ListPublisher({t.name: t.partitions for t in topics.all()})
-    summary = ingest_capture(capture, pub, topics, lambda: 0)
+    summary = ingest_capture(capture, pub, topics, lambda: WALL_MS)
     return topics, pub, summary
 
 

@@ -1,9 +1,12 @@
 """Fault suite, bad input: a seeded, fuzzed corpus — truncated and wrong-shaped lines of every
 capture file, broken exposition text, broken PodResources responses and watch objects, bad
 request lines, and truncated, mis-framed and wrong-schema Avro published straight to the
-source topics. Every bad record ends in the dead-letter topic with a reason, the worker
-does not crash, the good records give exactly the clean run's facts, and the input adds up:
-records = applied + dead-lettered; samples = attributed + unattributed."""
+source topics, plus the shapes and values that once stopped ingest (a watch object's
+metadata that is not an object, PodResources containers, devices or deviceIds of the wrong
+shape, event times before 2000 or far ahead, token counts beyond 2^53). Every bad record
+ends in the dead-letter topic with a reason, the worker does not crash, the good records
+give exactly the clean run's facts, and the input adds up: records = applied +
+dead-lettered; samples = attributed + unattributed."""
 
 from __future__ import annotations
 
@@ -59,11 +62,18 @@ def _corpus(capture) -> dict[str, list[str]]:
         orjson.dumps({"observed_at": pods[0]["observed_at"], "event": {"type": "RESIZED", "object": {}}}).decode(),
         orjson.dumps({"observed_at": pods[1]["observed_at"], "event": {"type": "MODIFIED", "object": {
             **pods[1]["event"]["object"], "metadata": {"name": "no-uid"}}}}).decode(),
+        orjson.dumps({**pods[0], "event": {**pods[0]["event"], "object": {
+            **pods[0]["event"]["object"], "metadata": RNG.choice(["xyz", ["xyz"], 7])}}}).decode(),
+        orjson.dumps({**RNG.choice(pods), "observed_at": RNG.choice(["1969-12-31T23:00:00Z", "2099-01-01T00:00:00Z"])
+                      }).decode(),
     ]
     bad["podresources.jsonl"] = [_truncated(RNG.choice(pr)) for _ in range(4)] + [
         orjson.dumps({**RNG.choice(pr), "response": {"podResources": 7}}).decode(),
         orjson.dumps({**RNG.choice(pr), "response": {"podResources": [{"name": "x", "containers": "all"}]}}).decode(),
         orjson.dumps({**RNG.choice(pr), "node": None}).decode(),
+        orjson.dumps({**RNG.choice(pr), "response": {"podResources": [
+            {"name": "x", "namespace": "y", "containers": RNG.choice(["xyz", [7], [{"devices": [7]}],
+                                                                      [{"devices": [{"deviceIds": 5}]}]])}]}}).decode(),
     ]
     bad["dcgm.jsonl"] = [_truncated(RNG.choice(dcgm)) for _ in range(4)] + [
         orjson.dumps({**line, "exposition": _corrupt_exposition(line["exposition"])}).decode()
@@ -74,6 +84,7 @@ def _corpus(capture) -> dict[str, list[str]]:
     bad["requests.jsonl"] = [orjson.dumps({**good_req, "prompt_tokens": -5}).decode(),
                              orjson.dumps({**good_req, "outcome": "maybe"}).decode(),
                              orjson.dumps({k: v for k, v in good_req.items() if k != "request_id"}).decode(),
+                             orjson.dumps({**good_req, "prompt_tokens": 2**63}).decode(),
                              _truncated(good_req)]
     return bad
 

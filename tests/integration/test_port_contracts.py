@@ -1,6 +1,7 @@
 """One contract suite per port, run against every adapter: the in-memory twin and the real
 one (confluent-kafka on the broker; clickhouse-connect on the chdb engine)."""
 
+import os
 import time
 import uuid
 
@@ -11,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BOOTSTRAP
 from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.requests import RequestFact
-from gpuledger.producers.base import ListPublisher
+from gpuledger.producers.base import MAX_RECORD_BYTES, ListPublisher
 from gpuledger.producers.kafka import KafkaPublisher
 from gpuledger.sinks.base import Checkpoint, MemoryStore
 from gpuledger.sinks.clickhouse import ClickHouseStore
@@ -67,6 +68,16 @@ def test_publisher_keeps_key_value_event_time_and_explicit_partition(publisher):
 def test_publisher_rejects_a_partition_out_of_range(publisher):
     with pytest.raises(ValueError, match="partition 7 out of range"):
         publisher.publisher.publish(publisher.topic, b"k", b"v", 1, partition=7)
+
+
+def test_publisher_takes_a_record_of_its_limit_whole(publisher):
+    p = publisher.publisher
+    assert p.max_record_bytes == MAX_RECORD_BYTES  # what ingest checks against before publishing
+    value = os.urandom(p.max_record_bytes - 3)  # incompressible: the broker sees its full size
+    p.publish(publisher.topic, b"big", value, 1_790_000_000_000)
+    p.flush()
+    (got,) = publisher.read_back(1)
+    assert got[:3] == (b"big", value, 1_790_000_000_000)
 
 
 # -- FactStore -----------------------------------------------------------------------------

@@ -50,3 +50,23 @@ def test_bad_card_names_the_entry():
         parse_ratecards([{"valid_from": "2026-10-01T00:00:00Z"}])
     with pytest.raises(RatecardError, match="overhead rule"):
         parse_ratecards([{"version": "x", "valid_from": "2026-10-01T00:00:00Z", "overhead": {"rule": "flat"}}])
+
+
+@pytest.mark.parametrize("where, card, cause", [
+    ("gpu_hour.H100.guaranteed", {"gpu_hour": {"H100": {"guaranteed": "NaN", "borrowed": 1}}}, "not finite"),
+    ("gpu_hour.H100.borrowed", {"gpu_hour": {"H100": {"guaranteed": 1, "borrowed": "Infinity"}}}, "not finite"),
+    ("gpu_hour.H100.borrowed", {"gpu_hour": {"H100": {"guaranteed": 1, "borrowed": -0.5}}}, "negative"),
+    ("per_million_tokens.output", {"per_million_tokens": {"input": 1, "output": -1}}, "negative"),
+    ("overhead.amount", {"overhead": {"amount": "-inf"}}, "not finite"),
+    ("endpoint_share_weights.input_tokens", {"endpoint_share_weights": {"input_tokens": -2}}, "negative"),
+    ("gpu_hour", {"gpu_hour": {"H100": 2.5}}, "must be objects"),
+])
+def test_rates_must_be_finite_and_not_negative(where, card, cause):
+    with pytest.raises(RatecardError, match=r"ratecards\[0\]") as err:
+        parse_ratecards([{"version": "v", "valid_from": "2026-10-01T00:00:00Z", **card}])
+    assert where in str(err.value) and cause in str(err.value)
+
+
+def test_a_card_that_is_not_an_object_is_named():
+    with pytest.raises(RatecardError, match=r"ratecards\[1\] must be an object"):
+        parse_ratecards([{"version": "v", "valid_from": "2026-10-01T00:00:00Z"}, "x"])

@@ -80,3 +80,45 @@ def test_a_reference_document_loads_on_its_own(tmp_path):
     with pytest.raises(CaptureError, match=r"quotas\[0\].*guaranteed_gpus"):
         load_reference(bad, "quotas", "prod-ai-1", pub, topics, lambda: 0)
     assert len([r for r in pub.records if r.topic == topics.reference.name]) == 1  # refused, not published
+
+
+def test_load_refuses_implausible_rates_and_documents_over_the_record_limit(tmp_path):
+    from gpuledger.producers.capture import load_reference
+
+    topics = Topics("t", 1)
+    pub = ListPublisher({t.name: t.partitions for t in topics.all()})
+    cards = tmp_path / "ratecards.json"
+    cards.write_bytes(orjson.dumps([{"version": "v", "valid_from": "2026-11-01T00:00:00Z",
+                                     "gpu_hour": {"H100-80GB": {"guaranteed": "NaN", "borrowed": "1.40"}}}]))
+    with pytest.raises(CaptureError, match=r"gpu_hour\.H100-80GB\.guaranteed 'NaN' is not finite"):
+        load_reference(cards, "ratecards", "prod-ai-1", pub, topics, lambda: 0)
+    big = tmp_path / "quotas.json"
+    big.write_bytes(orjson.dumps([{"tenant_id": "t" * 1_000_000, "gpu_class": "H100-80GB", "guaranteed_gpus": 1,
+                                   "valid_from": "2026-11-01T00:00:00Z"}]))
+    with pytest.raises(CaptureError, match="over the limit of 1000000 bytes"):
+        load_reference(big, "quotas", "prod-ai-1", pub, topics, lambda: 0)
+    assert pub.records == []
+
+
+def test_live_lines_with_nulls_and_out_of_range_integers():
+    from gpuledger.producers.lines import PublishSink
+
+    topics = Topics("t", 1)
+    pub = ListPublisher({t.name: t.partitions for t in topics.all()})
+    sink = PublishSink(pub, topics, "prod-ai-1", lambda: 1_798_761_600_000)
+    request = {"observed_at": "2026-10-01T00:01:00Z", "endpoint_id": "chat", "model": None, "revision": None,
+               "request_id": "r-1", "tenant_id": "alpha", "project_id": None, "cost_center": None, "arrived_at": None,
+               "prompt_tokens": 10, "completion_tokens": 5, "queue_s": None, "ttft_s": None, "e2e_s": 2.0,
+               "outcome": "success"}
+    sink.put("requests.jsonl", request)
+    sink.put("requests.jsonl", {**request, "request_id": "r-2", "prompt_tokens": 2**70})
+    sink.put("k8s-watch.jsonl", {"observed_at": "2026-10-01T00:00:00Z", "event": {"type": "ADDED", "object": {
+        "kind": "Pod", "metadata": {"uid": "u-1", "name": "p", "namespace": "n"}, "spec": {"big": 2**70}}}})
+    (req,) = [Codec("request_event").decode(r.value) for r in pub.records if r.topic == topics.requests.name]
+    assert (req["model"], req["revision"], req["project_id"], req["queue_s"]) == ("", "", "", None)
+    assert req["arrived_at_ms"] == req["observed_at_ms"] - 2000  # observed_at - e2e_s
+    (dead,) = [Codec("dead_letter").decode(r.value) for r in pub.records if r.topic == topics.dead_letter.name]
+    assert dead["source"] == "live:requests.jsonl:2" and "2^53 - 1" in dead["reason"]
+    assert str(2**70).encode() in dead["raw"]
+    (pod,) = [Codec("k8s_watch_event").decode(r.value) for r in pub.records if r.topic == topics.k8s.name]
+    assert str(2**70) in pod["object_json"]  # kept verbatim

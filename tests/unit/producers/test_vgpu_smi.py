@@ -13,10 +13,10 @@ import pytest
 from sources.nvidia_smi import NvidiaSmiScript
 
 from gpuledger.domain.timeutil import parse_rfc3339_ms
-from gpuledger.producers.capture import _VgpuLine
+from gpuledger.producers.capture_lines import VgpuLine
 from gpuledger.producers.lines import MemorySink
 from gpuledger.producers.runtime import ProducerMetrics
-from gpuledger.producers.vgpu_smi import OwnersError, VgpuProducer, parse_vm_owners
+from gpuledger.producers.vgpu_smi import OwnersError, VgpuProducer, VmOwner, parse_vm_owners
 
 VGPU = Path(__file__).resolve().parents[2] / "fixtures" / "vgpu"
 REAL_Q = (VGPU / "nvidia-smi-vgpu-q-rtx4080-unlocked-525.txt").read_text()
@@ -106,7 +106,7 @@ def test_snapshot_lines_at_grid_ticks_with_owners_and_a_failure_in_between(tmp_p
     ticks = [parse_rfc3339_ms(line["observed_at"]) for line in lines]
     assert all(t % 100 == 0 for t in ticks) and ticks == sorted(set(ticks))
     for line in lines:
-        _VgpuLine.model_validate(line)
+        VgpuLine.model_validate(line)
         assert line["host"] == "hv-07" and line["vgpus"] == A100_SNAPSHOT
     assert sink.flushed == len(sink.lines) and _sent(producer.metrics) == len(lines)
     assert {"vgpu -q", "--query-gpu=pci.bus_id,uuid --format=csv,noheader"} <= set(smi.calls)
@@ -121,7 +121,7 @@ def test_real_sample_snapshot_passes_the_ingest_validator(tmp_path):
     sink = MemorySink()
     assert _poll(_producer(smi, owners), sink, 1_790_000_000_000)
     (line,) = sink.of("vgpu.jsonl")
-    assert _VgpuLine.model_validate(line).vgpus[0].owner.tenant_id == "lab"
+    assert VgpuLine.model_validate(line).vgpus[0].owner.tenant_id == "lab"
     assert line == {"observed_at": "2026-09-21T14:13:20Z", "host": "hv-07", "vgpus": [
         {"vgpu_uuid": "00000000-0000-0000-0000-000000000101", "physical_gpu_uuid": RTX, "profile": "RTXA6000-2Q",
          "vm_uuid": "win10test", "vm_name": "win10test",
@@ -154,7 +154,7 @@ def test_vm_without_owner_and_no_owner_file_get_empty_owner_fields(tmp_path):
     sink = MemorySink()
     assert _poll(_producer(smi, None), sink)
     (line,) = sink.of("vgpu.jsonl")
-    _VgpuLine.model_validate(line)
+    VgpuLine.model_validate(line)
     assert [v["owner"] for v in line["vgpus"]] == [NOBODY] * 3
 
 
@@ -179,7 +179,7 @@ def test_gpus_without_vgpus_make_an_empty_snapshot(tmp_path):
     sink = MemorySink()
     assert _poll(_producer(smi, None), sink)
     (line,) = sink.of("vgpu.jsonl")
-    assert line["vgpus"] == [] and _VgpuLine.model_validate(line).vgpus == []
+    assert line["vgpus"] == [] and VgpuLine.model_validate(line).vgpus == []
 
 
 def test_vgpu_on_a_gpu_without_uuid_is_reported_with_an_empty_physical_uuid(tmp_path, capsys):
@@ -187,7 +187,7 @@ def test_vgpu_on_a_gpu_without_uuid_is_reported_with_an_empty_physical_uuid(tmp_
     producer, sink = _producer(smi, None), MemorySink()
     assert _poll(producer, sink)
     (line,) = sink.of("vgpu.jsonl")
-    _VgpuLine.model_validate(line)
+    VgpuLine.model_validate(line)
     assert [v["physical_gpu_uuid"] for v in line["vgpus"]] == [GPU_17, GPU_17, ""]
     assert _errors(producer.metrics, "unknown_gpu") == 1
     assert "GPU 00000000:B1:00.0 of" in capsys.readouterr().err
@@ -246,3 +246,26 @@ def test_owner_lookup_prefers_the_vm_uuid_over_the_name():
     assert owners.owner_of("U-1", "web").tenant_id == "by-uuid"
     assert owners.owner_of("u-2", "web").tenant_id == "by-name"
     assert owners.owner_of("", "db").tenant_id == ""
+
+
+def test_owner_file_entries_with_null_or_missing_project_and_cost_center():
+    owners = parse_vm_owners({"vms": [{"vm_uuid": "u-1", "vm_name": None, "tenant_id": "alpha", "project_id": None,
+                                       "cost_center": None},
+                                      {"vm_name": "web", "tenant_id": "beta"}]}, "owners.json")
+    assert owners.owner_of("u-1", "") == VmOwner("alpha", "", "")
+    assert owners.owner_of("", "web") == VmOwner("beta", "", "")
+    with pytest.raises(OwnersError, match="has no tenant_id"):
+        parse_vm_owners({"vms": [{"vm_uuid": "u-1", "tenant_id": None}]}, "owners.json")
+
+
+def test_vgpu_line_optional_fields_may_be_null_or_missing():
+    base = {"vgpu_uuid": "GPU-v", "physical_gpu_uuid": "GPU-p", "profile": "A100-4C"}
+    for vgpu in ({**base, "vm_uuid": None, "vm_name": None, "owner": {"tenant_id": "a", "project_id": None,
+                                                                       "cost_center": None}},
+                 {**base, "owner": {"tenant_id": "a"}}):
+        (v,) = VgpuLine.model_validate({"observed_at": "2026-10-01T00:00:00Z", "host": "h", "vgpus": [vgpu]}).vgpus
+        assert (v.vm_uuid, v.vm_name, v.owner.model_dump()) == ("", "", {"tenant_id": "a", "project_id": "",
+                                                                           "cost_center": ""})
+    (v,) = VgpuLine.model_validate({"observed_at": "2026-10-01T00:00:00Z", "host": "h",
+                                    "vgpus": [{**base, "owner": None}]}).vgpus
+    assert v.owner.tenant_id == ""  # no owner: unattributed, as a VM without an entry
