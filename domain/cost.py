@@ -49,6 +49,14 @@ def to_decimal(value: object) -> Decimal:
     return Decimal(str(value))
 
 
+def to_rate(value: object, what: str) -> Decimal:
+    """A price: a finite, non-negative number (NaN, infinities and negatives are refused)."""
+    d = to_decimal(value)
+    if not d.is_finite() or d < 0:
+        raise ValueError(f"{what} is {value!r}: a rate must be a finite number >= 0")
+    return d
+
+
 def parse_ratecards(doc: list) -> list[RateCard]:
     if not isinstance(doc, list):
         raise RatecardError("rate cards must be a JSON list")
@@ -62,10 +70,12 @@ def parse_ratecards(doc: list) -> list[RateCard]:
             out.append(RateCard(
                 str(c["version"]), parse_rfc3339_ms(c["valid_from"]),
                 parse_rfc3339_ms(c["valid_to"]) if c.get("valid_to") else None, str(c.get("currency", "USD")),
-                {cls: {k: to_decimal(v) for k, v in rates.items()} for cls, rates in (c.get("gpu_hour") or {}).items()},
-                to_decimal(tokens.get("input", 0)), to_decimal(tokens.get("output", 0)),
-                to_decimal(overhead.get("amount", 0)), rule))
-        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+                {cls: {k: to_rate(v, f"gpu_hour.{cls}.{k}") for k, v in rates.items()}
+                 for cls, rates in (c.get("gpu_hour") or {}).items()},
+                to_rate(tokens.get("input", 0), "per_million_tokens.input"),
+                to_rate(tokens.get("output", 0), "per_million_tokens.output"),
+                to_rate(overhead.get("amount", 0), "overhead.amount"), rule))
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise RatecardError(f"ratecards[{i}]: {exc!r}; needs version, valid_from and numeric rates") from exc
     return sorted(out, key=lambda c: c.valid_from_ms)
 

@@ -96,9 +96,12 @@ def parse_credits(doc: list) -> list[Credit]:
     out = []
     for i, c in enumerate(doc):
         try:
-            out.append(Credit(str(c["credit_id"]), str(c["tenant_id"]), str(c["period"]), to_decimal(c["amount"]),
+            amount = to_decimal(c["amount"])
+            if not amount.is_finite():
+                raise ValueError(f"amount is {c['amount']!r}: must be a finite number")
+            out.append(Credit(str(c["credit_id"]), str(c["tenant_id"]), str(c["period"]), amount,
                               str(c.get("reason", ""))))
-        except (KeyError, TypeError, ArithmeticError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise ValueError(f"credits[{i}]: {exc!r}; needs credit_id, tenant_id, period and amount") from exc
     return out
 

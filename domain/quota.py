@@ -5,6 +5,7 @@ valid_to)``."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpuledger.domain.timeutil import MS_PER_HOUR, parse_rfc3339_ms
@@ -31,10 +32,13 @@ def parse_quotas(doc: list) -> list[Quota]:
     out = []
     for i, q in enumerate(doc):
         try:
-            out.append(Quota(str(q["tenant_id"]), str(q["gpu_class"]), float(q["guaranteed_gpus"]),
+            guaranteed = float(q["guaranteed_gpus"])
+            if not math.isfinite(guaranteed) or guaranteed < 0:
+                raise ValueError(f"guaranteed_gpus is {q['guaranteed_gpus']!r}: must be a finite number >= 0")
+            out.append(Quota(str(q["tenant_id"]), str(q["gpu_class"]), guaranteed,
                              parse_rfc3339_ms(q["valid_from"]),
                              parse_rfc3339_ms(q["valid_to"]) if q.get("valid_to") else None))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise QuotaError(f"quotas[{i}]: {exc!r}; needs tenant_id, gpu_class, guaranteed_gpus, valid_from") from exc
     return out
 
