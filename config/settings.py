@@ -31,6 +31,8 @@ class Settings(BaseSettings):
         120.0, ge=0, description="How far a node's PodResources may lag the other nodes before its samples are judged without it."
     )
     dcgm_sample_span_s: float = Field(10.0, gt=0, description="Time one DCGM sample stands for: [observed_at, +span).")
+    max_future_skew_s: float = Field(
+        86400.0, gt=0, description="Event times more than this ahead of when the record was published are refused.")
     batch_max_records: int = Field(2000, ge=1, description="Records per processing batch (write, then commit).")
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
     checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between processor checkpoints (0 = every batch).")

@@ -3,6 +3,7 @@ MemoryStore. Same code as production below the Kafka and ClickHouse adapters."""
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,7 +22,7 @@ GRACE_MS = 120_000
 def ingest(capture: Path, prefix: str = "t") -> tuple[Topics, ListPublisher, IngestSummary]:
     topics = Topics(prefix, PARTITIONS)
     pub = ListPublisher({t.name: t.partitions for t in topics.all()})
-    summary = ingest_capture(capture, pub, topics, lambda: 0)
+    summary = ingest_capture(capture, pub, topics, lambda: int(time.time() * 1000))  # ingested now, as `ingest` would
     return topics, pub, summary
 
 
