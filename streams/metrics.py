@@ -21,6 +21,8 @@ housekeeping tick, so the HTTP thread only reads gauges.
 - ``gpuledger_worker_store_errors_total{kind}``: writes the store refused; ``kind`` is
   ``transient`` (retried with backoff until it takes them) or ``permanent`` (the batch's
   refused rows dead-lettered, or the worker stopped when the table itself is unusable).
+- ``gpuledger_worker_dcgm_series_skipped_total{reason}``: DCGM series not taken as samples:
+  blank sentinels, implausible values (framebuffer, power, energy), series repeated per pod.
 - ``gpuledger_worker_pending_samples``, ``gpuledger_worker_last_flush_timestamp_seconds``.
 """
 
@@ -69,6 +71,9 @@ class WorkerMetrics:
                                     "Batch writes ClickHouse refused, by kind: transient (retried, the batch not "
                                     "acknowledged meanwhile) or permanent (rows isolated, or the worker stops).",
                                     ["kind"], registry=r)
+        self.series_skipped = Counter("gpuledger_worker_dcgm_series_skipped_total",
+                                      "DCGM series not taken as samples, by reason (blank, implausible, repeated).",
+                                      ["reason"], registry=r)
         self.pending_samples = Gauge("gpuledger_worker_pending_samples",
                                      "DCGM samples waiting for the PodResources snapshot that explains them.",
                                      registry=r)
@@ -93,6 +98,10 @@ class WorkerMetrics:
         self.pending_samples.set(pending_samples)
         self.flush_seconds.observe(seconds)
         self.last_flush.set(time.time())
+
+    def skipped(self, series_skipped: dict[str, int]) -> None:
+        for reason, n in series_skipped.items():
+            self.series_skipped.labels(reason).inc(n)
 
     def store_error(self, transient: bool = True) -> None:
         self.store_errors.labels("transient" if transient else "permanent").inc()

@@ -105,6 +105,7 @@ class Processor:
         self.seq = 0
         self.skipped_replayed = 0
         self.dead_lettered = 0
+        self.series_skipped: dict[str, int] = {}  # DCGM series skipped since last taken, by reason (metrics)
         self._inventories: list[tuple[str, dict, int]] = []
         self._references: list[tuple[str, str, int, str]] = []
         self._unwritten = FactBatch()
@@ -171,7 +172,9 @@ class Processor:
         elif topic == t.podresources.name:
             self._attributor(r["cluster_id"]).apply_podresources(r["node"], orjson.loads(r["response_json"]), ts, pos)
         elif topic == t.dcgm.name:
-            self._attributor(r["cluster_id"]).apply_dcgm(r["node"], r["exposition"], ts, pos)
+            for reason, n in self._attributor(r["cluster_id"]).apply_dcgm(r["node"], r["exposition"], ts, pos).items():
+                if not reason.startswith("not an attribution field"):  # blanks, implausible values, repeats
+                    self.series_skipped[reason] = self.series_skipped.get(reason, 0) + n
         elif topic == t.vgpu.name:
             self._attributor(r["cluster_id"]).apply_vgpu(r["host"], r["vgpus"], ts, pos)
         elif topic == t.requests.name:
@@ -218,6 +221,11 @@ class Processor:
             "clusters": {c: a.to_state() for c, a in self.attributors.items()},
         }))
         return result
+
+    def take_series_skipped(self) -> dict[str, int]:
+        """DCGM series skipped since the last call, by reason."""
+        out, self.series_skipped = self.series_skipped, {}
+        return out
 
     def _reject_fact(self, table: str, fact: object, exc: PermanentStoreError) -> None:
         """A fact row the store refuses for good: dead-lettered under the record it came from."""

@@ -234,6 +234,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                 proc.handle(m.topic, m.partition, m.offset, m.value)
             stats["records"] += len(events)
             metrics.consumed(ev.message.topic for ev in events)
+            metrics.skipped(proc.take_series_skipped())
             if not await apply_flush():  # facts, then checkpoint; faust acks this batch only after we return
                 break
 

@@ -87,6 +87,27 @@ def test_bad_records_are_dead_lettered_and_the_rest_gives_the_clean_facts(tmp_pa
     assert mp.store.references == clean.store.references  # the valid card stays in force
 
 
+def test_an_implausible_dcgm_value_is_a_skipped_series_counted_by_reason(tmp_path):
+    capture = write_capture(truth_plan(hours=1), tmp_path / "capture")
+    topics, pub, _ = ingest(capture)
+    codec = Codec("dcgm_scrape")
+    for i, r in enumerate(pub.records):
+        if r.topic == topics.dcgm.name:
+            rec = codec.decode(r.value)
+            text = "\n".join(x.rsplit(" ", 1)[0] + " 1e13" if x.startswith("DCGM_FI_DEV_FB_USED{") else x
+                             for x in rec["exposition"].splitlines())
+            pub.records[i] = replace(r, value=codec.encode({**rec, "exposition": text}))
+            break
+    records = partitioned(topics, pub.records)
+    mp = MemoryPipeline(topics)
+    mp.extents(records)
+    mp.feed(records)
+    assert mp.dead == []
+    skipped = mp.proc.take_series_skipped()
+    assert skipped["implausible framebuffer used (not in [0, 2^50) bytes)"] >= 1 and mp.proc.series_skipped == {}
+    assert all(f.fb_used_bytes is None or f.fb_used_bytes < 2 ** 50 for f in mp.store.utilization.values())
+
+
 def _unsourced(fact):  # the bad records shift the good ones' offsets
     return replace(fact, src_offset=0) if hasattr(fact, "src_offset") else fact
 
