@@ -14,7 +14,6 @@ from dataclasses import replace
 import orjson
 import pytest
 
-from conftest import BOOTSTRAP, Stack
 from gpuledger.config import load_settings
 from gpuledger.demo.cluster import write_capture
 from gpuledger.demo.plan import RATECARDS
@@ -23,7 +22,7 @@ from gpuledger.producers.kafka import KafkaPublisher
 from gpuledger.schemas import Codec
 from gpuledger.streams.topics import ensure_topics, topics_for
 from plans import truth_plan
-from test_dead_letter import _dead_letters
+from stack_support import BOOTSTRAP, Stack, dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +124,7 @@ def test_bad_records_are_dead_lettered_and_the_rest_gives_the_clean_facts(broker
     want = clean.facts(with_source=False)
     assert want["capacity_facts"] and want["utilization_facts"]
     assert bad.facts(with_source=False) == want
-    dead = [d for d in _dead_letters(f"{bad.prefix}.dead-letter") if d["stage"] == "process"]
+    dead = [d for d in dead_letters(f"{bad.prefix}.dead-letter") if d["stage"] == "process"]
     reasons = sorted(d["reason"] for d in dead)
     expected = ["WatchError: metadata.labels is a str", "EventTimeError: observed_at 4102444800000 ms",
                 "a rate must be a finite number >= 0", "per_million_tokens.input is -1", "JSONDecodeError",

@@ -11,12 +11,12 @@ import time
 import orjson
 import pytest
 
-from conftest import BOOTSTRAP, GPULEDGER, stop, wait_for
 from gpuledger.demo.cluster import write_capture
 from gpuledger.producers.kafka import KafkaPublisher
 from gpuledger.schemas import Codec
 from gpuledger.sinks.query import WorkerQueryClient
 from plans import expected_allocated_hours, truth_plan
+from stack_support import BOOTSTRAP, GPULEDGER, stop, wait_for
 
 pytestmark = pytest.mark.integration
 
