@@ -19,8 +19,9 @@ One bad record never halts attribution. Whatever a record makes the code raise (
 and ``<exception type>: <message>``, and the next record is read. The domain validates a
 record before it changes any state (watch objects' shapes in domain/k8s.py, a scrape is
 parsed, a snapshot's holders are built, a reference document is parsed, all before they are
-applied), so a refused record leaves nothing half-applied, and a shape that passed cannot
-fail later in ``flush``. Refused the same way:
+applied), so a refused record leaves nothing half-applied (at most the count of watch events
+seen, and an empty attributor for its cluster, which emits nothing), and a shape that passed
+cannot fail later in ``flush``. Refused the same way:
 
 - a source record whose event time is before 2000-01-01 or more than ``max_future_skew_ms``
   after its ``ingested_at_ms``. That field is the publisher's clock when it published the
