@@ -5,7 +5,7 @@ labels are a string, (b) a DCGM scrape whose FB_USED (10^13 MiB) overflows Int64
 every partition, (e) rate cards with a NaN and a negative rate, a garbage document and an
 unknown kind after the valid card — give exactly the facts and the showback of the run
 without them; each one refused is in the dead-letter topic with its position and reason, and
-`process --until-caught-up` reads past them all and exits 0."""
+`process --until-caught-up` reads past them all and exits 0; `replay` refuses the same ones."""
 
 import time
 import uuid
@@ -133,6 +133,10 @@ def test_bad_records_are_dead_lettered_and_the_rest_gives_the_clean_facts(broker
         assert any(text in r for r in reasons), (text, reasons)
     assert len(dead) == 1 + 1 + 4 + 4, reasons  # (a), (c), (d) on 4 partitions, (e); (b) is a skipped series
     assert all(d["source"].startswith(f"{bad.prefix}.") and "@" in d["source"] and d["raw"] for d in dead)
+
+    # replay reads the same topics through the same processor: the same records refused, and it finishes
+    replay = orjson.loads(bad.run("replay", "--period", "2026-10", "--into", "shadow").stdout)
+    assert replay["dead_lettered"] == len(dead) and replay["records"] > len(dead)
 
     def showback(stack: Stack) -> dict:
         doc = orjson.loads(stack.run("showback", "--period", "2026-10", "--format", "json").stdout)
