@@ -11,6 +11,7 @@ from gpuledger.demo.cluster import write_capture
 from gpuledger.demo.plan import RATECARDS
 from gpuledger.domain.attribution import Attributor
 from gpuledger.domain.k8s import OwnershipBook, WatchError
+from gpuledger.domain.podresources import PodResourcesError, device_holders
 from gpuledger.producers.base import Published
 from gpuledger.schemas import Codec
 from pipeline import MemoryPipeline, ingest, partitioned, run_capture
@@ -151,3 +152,19 @@ def test_bad_shapes_are_refused_before_the_fold_changes_anything(obj, message):
     with pytest.raises(WatchError, match=message.replace("[", r"\[").replace("]", r"\]")):
         book.apply("ADDED", obj, 1_000)
     assert book.to_state() == OwnershipBook().to_state()
+
+
+@pytest.mark.parametrize("response, message", [
+    ({"podResources": [{"name": "p", "namespace": ["ns"], "containers": []}]}, r"podResources\[0\].namespace must be"),
+    ({"podResources": [{"name": 7, "namespace": "ns"}]}, r"podResources\[0\].name must be a string"),
+    ({"podResources": [{"name": "p", "namespace": "ns", "containers": "all"}]}, r"containers must be a list"),
+    ({"podResources": [{"name": "p", "namespace": "ns", "containers": [{"name": {}, "devices": []}]}]},
+     r"containers\[0\].name must be a string"),
+    ({"podResources": [{"name": "p", "namespace": "ns", "containers": [{"name": "c", "devices": [
+        {"resourceName": 1, "deviceIds": ["GPU-a"]}]}]}]}, r"resourceName must be a string"),
+    ({"podResources": [{"name": "p", "namespace": "ns", "containers": [{"name": "c", "devices": [
+        {"resourceName": "nvidia.com/gpu", "deviceIds": "GPU-a"}]}]}]}, r"deviceIds must be a list"),
+])
+def test_podresources_shapes_that_would_fail_later_are_refused_when_read(response, message):
+    with pytest.raises(PodResourcesError, match=message):
+        device_holders(response)
