@@ -34,8 +34,9 @@ class Settings(BaseSettings):
         300.0, gt=0, description="Longest time one sample (DCGM scrape, PodResources or vGPU snapshot) can stand for; "
         "below it the limit is 4 of the source's own observed intervals (median of its recent ones).")
     max_future_skew_s: float = Field(
-        86400.0, ge=0, description="Ingest dead-letters a record whose event time is more than this many seconds "
-                                   "ahead of the publisher's clock (the broker's, where a producer measures it).")
+        86400.0, gt=0, description="How far ahead an event time may be: ingest and the producers refuse records more "
+        "than this ahead of the publisher's clock (the broker's, where a producer measures it), and the worker those "
+        "more than this ahead of their ingested_at.")
     batch_max_records: int = Field(2000, ge=1, description="Records per processing batch (write, then commit).")
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
     checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between processor checkpoints (0 = every batch).")

@@ -74,7 +74,7 @@ def parse_ratecards(doc: list) -> list[RateCard]:
                 {cls: {k: to_decimal(v) for k, v in rates.items()} for cls, rates in gpu_hour.items()},
                 to_decimal(tokens.get("input", 0)), to_decimal(tokens.get("output", 0)),
                 to_decimal(overhead.get("amount", 0)), rule))
-        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise RatecardError(f"ratecards[{i}]: {exc!r}; needs version, valid_from and numeric rates") from exc
     return sorted(out, key=lambda c: c.valid_from_ms)
 

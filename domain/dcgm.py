@@ -1,7 +1,9 @@
 """dcgm-exporter ``/metrics`` (Prometheus text) -> per-GPU device samples.
 
 Units normalized here, once: framebuffer MiB -> bytes, energy mJ -> J, ``*_UTIL`` percent
--> ratio. DCGM's "not supported" sentinels (~9.22e18 and friends) and NaN are dropped.
+-> ratio. DCGM's "not supported" sentinels (~9.22e18 and friends) and NaN are dropped, and
+so is a value no GPU can report (``_PLAUSIBLE``: framebuffer bytes outside [0, 2^50), power
+outside [0, 10^5) W, negative energy): counted as a skipped series, never stored.
 MIG-instance series carry the parent's UUID plus ``GPU_I_ID`` (no MIG UUID): they become
 samples of that GPU instance (``gpu_instance_id``), never of the parent.
 """
@@ -75,6 +77,15 @@ def _identity(name: str, label_text: str) -> tuple:
 
 
 _RATIO_FIELDS = {"sm_active": 1.0, "gr_active": 1.0, "gpu_util_pct": 0.01}
+# field -> [low, high) of a value a GPU can report, in the exporter's units
+_PLAUSIBLE = {"fb_used_mib": (0.0, 2.0 ** 30, "implausible framebuffer used (not in [0, 2^50) bytes)"),
+              "power_w": (0.0, 1e5, "implausible power (not in [0, 100000) W)"),
+              "energy_mj": (0.0, math.inf, "implausible energy (negative or not finite)")}
+
+
+def _implausible(field: str, value: float) -> str:
+    low, high, reason = _PLAUSIBLE.get(field, (-math.inf, math.inf, ""))
+    return "" if low <= value < high else reason
 
 
 def _per_pod(by_field: dict[str, dict[tuple, float]]) -> tuple:
@@ -121,6 +132,8 @@ def parse_exposition(text: str) -> DcgmParse:
         if not reason and (math.isnan(value) or abs(value) >= _SENTINEL_MIN
                            or _FP64_BLANK <= value < _FP64_BLANK + 16):
             reason = "DCGM blank sentinel"
+        if not reason:
+            reason = _implausible(field, value)
         if not reason and pod is not None and field in _RATIO_FIELDS:
             pod_values.setdefault(key, {}).setdefault(field, {})[pod] = value
         if not reason:

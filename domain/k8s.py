@@ -74,6 +74,7 @@ class OwnershipBook:
             return "error"  # e.g. 410 Expired: the producer relists; nothing to fold
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             raise WatchError(f"unknown watch event type {event_type!r}")
+        _check_shape(obj)  # before any state changes: a bad shape raises here, never half-way or later
         kind = obj.get("kind")
         meta = obj.get("metadata") or {}
         uid, name = meta.get("uid"), meta.get("name")
@@ -175,6 +176,44 @@ class OwnershipBook:
             book.pods[p.uid] = p
             book.pods_by_name.setdefault(f"{p.namespace}/{p.name}", []).append(p.uid)
         return book
+
+
+def _expect(value, types: type | tuple, what: str) -> None:
+    if value is not None and not isinstance(value, types):
+        raise WatchError(f"{what} is a {type(value).__name__}, expected {getattr(types, '__name__', 'object')}"
+                         " (fix the producer that wrote this watch event)")
+
+
+def _check_shape(obj) -> None:
+    """Raise ``WatchError`` unless every field the fold reads, now or when facts are made
+    later, has the type the Kubernetes API gives it: objects are JSON objects, names and
+    label values strings. Checked before the fold changes anything, so a bad event is
+    refused whole and cannot fail later in attribution or in the store."""
+    if not isinstance(obj, dict):
+        raise WatchError(f"watch object is a {type(obj).__name__}, expected a JSON object")
+    meta = obj.get("metadata")
+    _expect(obj.get("kind"), str, "kind")
+    _expect(meta, dict, "metadata")
+    meta = meta or {}
+    for key in ("uid", "name", "namespace", "creationTimestamp"):
+        _expect(meta.get(key), str, f"metadata.{key}")
+    labels = meta.get("labels")
+    _expect(labels, dict, "metadata.labels")
+    for key, value in (labels or {}).items():
+        _expect(value, str, f"metadata.labels[{key!r}]")
+    spec, status = obj.get("spec"), obj.get("status")
+    _expect(spec, dict, "spec")
+    _expect(status, dict, "status")
+    _expect((status or {}).get("phase"), str, "status.phase")
+    _expect((spec or {}).get("nodeName"), str, "spec.nodeName")
+    containers = (spec or {}).get("containers")
+    _expect(containers, list, "spec.containers")
+    for i, c in enumerate(containers or []):
+        _expect(c, dict, f"spec.containers[{i}]")
+        res = (c or {}).get("resources")
+        _expect(res, dict, f"spec.containers[{i}].resources")
+        for part in ("limits", "requests"):
+            _expect((res or {}).get(part), dict, f"spec.containers[{i}].resources.{part}")
 
 
 def _mig_requests(pod: dict) -> dict[str, int]:

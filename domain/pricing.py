@@ -102,7 +102,7 @@ def parse_credits(doc: list) -> list[Credit]:
                 raise ValueError(reason)
             out.append(Credit(str(c["credit_id"]), str(c["tenant_id"]), str(c["period"]), to_decimal(c["amount"]),
                               str(c.get("reason", ""))))
-        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise ValueError(f"credits[{i}]: {exc!r}; needs credit_id, tenant_id, period and amount") from exc
     return out
 

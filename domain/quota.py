@@ -38,7 +38,7 @@ def parse_quotas(doc: list) -> list[Quota]:
             out.append(Quota(str(q["tenant_id"]), str(q["gpu_class"]), float(q["guaranteed_gpus"]),
                              parse_rfc3339_ms(q["valid_from"]),
                              parse_rfc3339_ms(q["valid_to"]) if q.get("valid_to") else None))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise QuotaError(f"quotas[{i}]: {exc!r}; needs tenant_id, gpu_class, guaranteed_gpus, valid_from") from exc
     return out
 

@@ -4,6 +4,8 @@ Showback and the ledger both start here, so they can never price differently."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from fractions import Fraction
 
@@ -15,7 +17,9 @@ from gpuledger.domain.pricing import Priced, WindowCapacity, parse_credits, pric
 from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["COST_PARTS", "money_reconciliation", "price_rows"]
+__all__ = ["COST_PARTS", "first_valid", "money_reconciliation", "price_rows"]
+
+log = logging.getLogger(__name__)
 
 COST_PARTS = ("guaranteed", "borrowed", "variable", "service_share", "overhead", "credits", "endpoint_recovered",
               "total")
@@ -24,9 +28,9 @@ COST_PARTS = ("guaranteed", "borrowed", "variable", "service_share", "overhead",
 def price_rows(rows: dict) -> Priced:
     """Price the rows; leaves the parsed cards (``cards``) and endpoint blocks
     (``endpoint_blocks``: version, blocks) in ``rows`` for the documents built from them."""
-    cards = rows["cards"] = [c for doc in rows.get("ratecards", ())[:1] for c in parse_ratecards(orjson.loads(doc))]
-    quotas = [q for doc in rows.get("quotas", ())[:1] for q in parse_quotas(orjson.loads(doc))]
-    credits = [c for doc in rows.get("credits", ())[:1] for c in parse_credits(orjson.loads(doc))]
+    cards = rows["cards"] = first_valid(rows.get("ratecards", ()), parse_ratecards, "rate cards")
+    quotas = first_valid(rows.get("quotas", ()), parse_quotas, "quotas")
+    credits = first_valid(rows.get("credits", ()), parse_credits, "credits")
     version, blocks, units = _endpoints(rows)
     rows["endpoint_blocks"] = (version, blocks)
     by_id = {c.version: c for c in cards}
@@ -36,6 +40,18 @@ def price_rows(rows: dict) -> Priced:
     return price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
                  [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
                  rows.get("endpoint_intervals", ()), credits, (rows["from_ms"], rows["to_ms"]))
+
+
+def first_valid(documents: Sequence[str], parse: Callable[[object], list], what: str) -> list:
+    """The parsed newest document that parses (``documents`` newest first); a stored document
+    that does not (written before the worker validated references) is skipped with a warning,
+    so the previous valid one stays in force. Empty when none parses."""
+    for i, doc in enumerate(documents):
+        try:
+            return parse(orjson.loads(doc))
+        except (ValueError, TypeError) as exc:  # orjson.JSONDecodeError and the parsers' errors are ValueErrors
+            log.warning("skipping stored %s document #%d (newest first): %s; using the next older one", what, i, exc)
+    return []
 
 
 def money_reconciliation(priced: Priced, lines: list | None = None) -> dict[str, Decimal]:

@@ -73,7 +73,8 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
     shadow.ensure_schema()
     dead = {"n": 0}
     proc = Processor(topics, shadow, lambda *_: dead.__setitem__("n", dead["n"] + 1), lambda: None,
-                     int(settings.stale_ceiling_s * 1000), int(settings.podresources_grace_s * 1000))
+                     int(settings.stale_ceiling_s * 1000), int(settings.podresources_grace_s * 1000),
+                     max_future_skew_ms=int(settings.max_future_skew_s * 1000))
     proc.set_extents(extents)
     total = sum(high - low for low, high in extents.values())
     started = monotonic()

@@ -21,11 +21,31 @@ from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.inventory import Inventory
 from gpuledger.domain.requests import RequestFact
 
-__all__ = ["Checkpoint", "FactStore", "MemoryStore", "StoreError"]
+__all__ = ["Checkpoint", "FactStore", "MemoryStore", "PermanentStoreError", "StoreError", "TransientStoreError"]
 
 
 class StoreError(RuntimeError):
-    """The store could not be reached or refused a write (transient: retry)."""
+    """The store could not be reached or refused a write. ``transient``: the same write may
+    succeed later (retry it); otherwise it never will (``PermanentStoreError``). ``table`` names
+    the table written, when known. A plain ``StoreError`` is transient."""
+
+    transient = True
+
+    def __init__(self, message: str, table: str = "") -> None:
+        super().__init__(message)
+        self.table = table
+
+
+class TransientStoreError(StoreError):
+    """Connection refused or lost, timeout, server overloaded: retry with backoff."""
+
+
+class PermanentStoreError(StoreError):
+    """The write can never succeed as it is: a value that does not fit its column, a missing
+    table, a malformed statement. Either rows cause it (isolate and dead-letter them) or the
+    store itself is wrong (stop and say what to fix)."""
+
+    transient = False
 
 
 @dataclass(frozen=True)
@@ -41,6 +61,7 @@ class FactStore(Protocol):
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None: ...
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None: ...
     def load_checkpoint(self, processor: str) -> Checkpoint | None: ...
+    def probe(self, table: str) -> None: ...
 
 
 @dataclass
@@ -77,3 +98,6 @@ class MemoryStore:
 
     def load_checkpoint(self, processor: str) -> Checkpoint | None:
         return self.checkpoints.get(processor)
+
+    def probe(self, table: str) -> None:
+        """Raise a ``StoreError`` unless ``table`` can be written at all (always can, here)."""

@@ -2,21 +2,92 @@
 
 The same code serves both engines: ``chdb://PATH`` opens the embedded engine on disk
 (one process at a time may own PATH), ``http(s)://host:port`` reaches a server.
+
+Driver errors are translated here, once (``store_error``): transient ones (the connection,
+a timeout, an overloaded server: ``TRANSIENT_CODES``) become ``TransientStoreError``, to be
+retried; ones the same write can never get past (``PERMANENT_CODES``, and values the driver
+cannot serialize into their column: an Int64 overflow, a None in a non-Nullable column)
+become ``PermanentStoreError``. A server error with a code in neither list is taken as
+transient: retried and alerted on, never dropped.
 """
 
 from __future__ import annotations
 
+import struct
+
 import orjson
 import clickhouse_connect
-from clickhouse_connect.driver.exceptions import ClickHouseError
+from clickhouse_connect.driver.exceptions import ClickHouseError, DataError
 
 from gpuledger.domain.facts import FactBatch
 from gpuledger.domain.inventory import Inventory
-from gpuledger.sinks.base import Checkpoint, StoreError
+from gpuledger.sinks.base import Checkpoint, PermanentStoreError, StoreError, TransientStoreError
 from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS,
                                        ddl_statements)
 
-__all__ = ["ClickHouseStore", "EngineLockedError"]
+__all__ = ["ClickHouseStore", "EngineLockedError", "PERMANENT_CODES", "TRANSIENT_CODES", "store_error"]
+
+# ClickHouse error codes (src/Common/ErrorCodes.cpp) after which the same request may succeed.
+TRANSIENT_CODES = frozenset({
+    3,    # UNEXPECTED_END_OF_FILE (connection cut)
+    159,  # TIMEOUT_EXCEEDED
+    160,  # TOO_SLOW
+    164,  # READONLY (a replica in read-only mode, e.g. lost its keeper session)
+    202,  # TOO_MANY_SIMULTANEOUS_QUERIES
+    203,  # NO_FREE_CONNECTION
+    209,  # SOCKET_TIMEOUT
+    210,  # NETWORK_ERROR
+    241,  # MEMORY_LIMIT_EXCEEDED
+    242,  # TABLE_IS_READ_ONLY
+    252,  # TOO_MANY_PARTS
+    285,  # TOO_FEW_LIVE_REPLICAS
+    319,  # UNKNOWN_STATUS_OF_INSERT
+    425,  # SYSTEM_ERROR
+    439,  # CANNOT_SCHEDULE_TASK
+    999,  # KEEPER_EXCEPTION
+})
+# Codes after which the same request never succeeds: the data or the statement is wrong.
+PERMANENT_CODES = frozenset({
+    6,    # CANNOT_PARSE_TEXT
+    16,   # NO_SUCH_COLUMN_IN_TABLE
+    26,   # CANNOT_PARSE_QUOTED_STRING
+    27,   # CANNOT_PARSE_INPUT_ASSERTION_FAILED
+    32,   # ATTEMPT_TO_READ_AFTER_EOF
+    33,   # CANNOT_READ_ALL_DATA
+    36,   # BAD_ARGUMENTS
+    38,   # CANNOT_PARSE_DATE
+    41,   # CANNOT_PARSE_DATETIME
+    43,   # ILLEGAL_TYPE_OF_ARGUMENT
+    47,   # UNKNOWN_IDENTIFIER
+    53,   # TYPE_MISMATCH
+    60,   # UNKNOWN_TABLE
+    62,   # SYNTAX_ERROR
+    69,   # ARGUMENT_OUT_OF_BOUND
+    70,   # CANNOT_CONVERT_TYPE
+    72,   # CANNOT_PARSE_NUMBER
+    81,   # UNKNOWN_DATABASE
+    117,  # INCORRECT_DATA
+    321,  # VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE
+    349,  # CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+    497,  # ACCESS_DENIED
+    516,  # AUTHENTICATION_FAILED
+})
+# What the driver raises while serializing rows into the native format (before anything is sent).
+_SERIALIZATION = (DataError, ValueError, TypeError, AttributeError, OverflowError, struct.error)
+
+
+def store_error(exc: BaseException, what: str, table: str = "") -> StoreError:
+    """The store error a driver exception stands for (raise it ``from exc``)."""
+    text = (str(exc).splitlines() or [repr(exc)])[0] or repr(exc)
+    code = getattr(exc, "code", None)
+    where = f"{what}: " if what else ""
+    if isinstance(exc, _SERIALIZATION) and code is None:
+        cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+        return PermanentStoreError(f"{where}a value does not fit its column: {text}{cause}", table)
+    if code in PERMANENT_CODES:
+        return PermanentStoreError(f"{where}{text}", table)
+    # the connection (OperationalError, OSError), TRANSIENT_CODES, and codes in neither list
+    return TransientStoreError(f"{where}{text}", table)
 
 
 class EngineLockedError(StoreError):
@@ -52,14 +123,14 @@ class ClickHouseStore:
     def command(self, sql: str, parameters: dict | None = None) -> None:
         try:
             self.client.command(sql, parameters=parameters)
-        except ClickHouseError as exc:
-            raise StoreError(f"ClickHouse refused: {str(exc).splitlines()[0]}") from exc
+        except (ClickHouseError, OSError) as exc:
+            raise store_error(exc, "ClickHouse refused") from exc
 
     def query(self, sql: str, parameters: dict | None = None) -> tuple[list[str], list[tuple]]:
         try:
             result = self.client.query(sql, parameters=parameters)
-        except ClickHouseError as exc:
-            raise StoreError(f"ClickHouse query failed: {str(exc).splitlines()[0]}") from exc
+        except (ClickHouseError, OSError) as exc:
+            raise store_error(exc, "ClickHouse query failed") from exc
         return list(result.column_names), [tuple(r) for r in result.result_rows]
 
     def insert(self, table: str, rows: list[list], columns: list[str]) -> None:
@@ -67,8 +138,16 @@ class ClickHouseStore:
             return
         try:
             self.client.insert(f"{self.db}.{table}", rows, column_names=columns)
-        except ClickHouseError as exc:
-            raise StoreError(f"insert into {self.db}.{table} failed: {str(exc).splitlines()[0]}") from exc
+        except (ClickHouseError, OSError) + _SERIALIZATION as exc:
+            raise store_error(exc, f"insert into {self.db}.{table} failed", table) from exc
+
+    def probe(self, table: str) -> None:
+        """Raise a ``StoreError`` unless ``table`` exists and can be read (a write that fails on
+        every row is then not the rows' fault)."""
+        try:
+            self.client.query(f"SELECT * FROM {self.db}.{table} LIMIT 0")
+        except (ClickHouseError, OSError) as exc:
+            raise store_error(exc, f"{self.db}.{table} cannot be used", table) from exc
 
     def write_facts(self, batch: FactBatch) -> None:
         for table, columns, facts in (("capacity_facts", CAPACITY_COLUMNS, batch.capacity),

@@ -1,6 +1,6 @@
 """Fault injection at the store port, for the fault suite: an embedded engine cannot be
 taken away from the process that owns it, so its outage is injected here. ``OutageStore``
-wraps the real store and refuses every write (``StoreError``, as a dropped connection to a
+wraps the real store and refuses every write (``TransientStoreError``, as a dropped connection to a
 server would) from ``after_s`` after start for ``for_s`` seconds; reads and everything else
 go to the real store. Enabled only by ``GPULEDGER_FAILPOINT_STORE_OUTAGE=[AFTER_S, FOR_S]``."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuledger.sinks.base import StoreError
+from gpuledger.sinks.base import TransientStoreError
 
 __all__ = ["OutageStore"]
 
@@ -23,7 +23,7 @@ class OutageStore:
     def _gate(self, what: str) -> None:
         if self._from <= self._monotonic() < self._to:
             self.refused += 1
-            raise StoreError(f"{what}: connection refused (injected outage until {self._to - self._from:.0f}s)")
+            raise TransientStoreError(f"{what}: connection refused (injected outage until {self._to - self._from:.0f}s)")
 
     def write_facts(self, batch) -> None:
         self._gate("write facts")

@@ -3,9 +3,8 @@ every interval is clipped to the window; facts are read FINAL (deduplicated)."""
 
 from __future__ import annotations
 
-import orjson
-
 from gpuledger.domain.cost import card_windows, parse_ratecards
+from gpuledger.domain.rows import first_valid
 from gpuledger.sinks.query import QueryPort
 
 __all__ = ["ShowbackRows", "read_showback_rows"]
@@ -226,7 +225,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["ratecards"] = [r[0] for r in reader.query(reference_sql(db, "ratecards"))[1]]
     rows["quotas"] = [r[0] for r in reader.query(reference_sql(db, "quotas"))[1]]
     rows["credits"] = [r[0] for r in reader.query(reference_sql(db, "credits"))[1]]
-    cards = [c for doc in rows["ratecards"][:1] for c in parse_ratecards(orjson.loads(doc))]
+    cards = first_valid(rows["ratecards"], parse_ratecards, "rate cards")
     rows["windows"] = []
     for card, a, b in card_windows(cards, from_ms, window_to):
         w = {"f": a, "t": b}

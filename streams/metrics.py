@@ -10,13 +10,19 @@ housekeeping tick, so the HTTP thread only reads gauges.
 - ``gpuledger_worker_facts_written_total{table}``: fact rows written (a batch replayed after
   a crash writes its rows again; the store deduplicates them).
 - ``gpuledger_worker_dead_letters_total{stage, reason}``: records sent to the dead-letter
-  topic; ``reason`` is the class of the failure (the exception name), never its text.
+  topic; ``reason`` is the class of the failure (the exception name, ``EventTimeError`` for an
+  event time out of bounds, ``StoreRejected`` for a fact row ClickHouse refused for good),
+  never its text. Stage ``process`` counts every record the worker refused and went past.
 - ``gpuledger_worker_consumer_lag_records{topic, partition}``: end offset minus the next
   offset the processor will read.
 - ``gpuledger_source_last_event_timestamp_seconds{topic}``: newest event time read from a
   source topic (unix seconds).
 - ``gpuledger_worker_flush_seconds``: one write (facts, dead letters, checkpoint) of a batch.
-- ``gpuledger_worker_store_errors_total``: writes the store refused (retried until it takes them).
+- ``gpuledger_worker_store_errors_total{kind}``: writes the store refused; ``kind`` is
+  ``transient`` (retried with backoff until it takes them) or ``permanent`` (the batch's
+  refused rows dead-lettered, or the worker stopped when the table itself is unusable).
+- ``gpuledger_worker_dcgm_series_skipped_total{reason}``: DCGM series not taken as samples:
+  blank sentinels, implausible values (framebuffer, power, energy), series repeated per pod.
 - ``gpuledger_worker_pending_samples``, ``gpuledger_worker_last_flush_timestamp_seconds``.
 """
 
@@ -62,8 +68,12 @@ class WorkerMetrics:
                                        "Duration of one batch write (facts, dead letters, checkpoint when due).",
                                        buckets=_FLUSH_BUCKETS_S, registry=r)
         self.store_errors = Counter("gpuledger_worker_store_errors_total",
-                                    "Batch writes ClickHouse refused (the batch is retried, not acknowledged).",
-                                    registry=r)
+                                    "Batch writes ClickHouse refused, by kind: transient (retried, the batch not "
+                                    "acknowledged meanwhile) or permanent (rows isolated, or the worker stops).",
+                                    ["kind"], registry=r)
+        self.series_skipped = Counter("gpuledger_worker_dcgm_series_skipped_total",
+                                      "DCGM series not taken as samples, by reason (blank, implausible, repeated).",
+                                      ["reason"], registry=r)
         self.pending_samples = Gauge("gpuledger_worker_pending_samples",
                                      "DCGM samples waiting for the PodResources snapshot that explains them.",
                                      registry=r)
@@ -71,6 +81,8 @@ class WorkerMetrics:
                                 "When a batch was last written, unix seconds.", registry=r)
         for table in _TABLES:
             self.facts.labels(table)
+        for kind in ("transient", "permanent"):
+            self.store_errors.labels(kind)
 
     def consumed(self, topics: Iterable[str]) -> None:
         """One batch's records, named by their topics."""
@@ -87,8 +99,12 @@ class WorkerMetrics:
         self.flush_seconds.observe(seconds)
         self.last_flush.set(time.time())
 
-    def store_error(self) -> None:
-        self.store_errors.inc()
+    def skipped(self, series_skipped: dict[str, int]) -> None:
+        for reason, n in series_skipped.items():
+            self.series_skipped.labels(reason).inc(n)
+
+    def store_error(self, transient: bool = True) -> None:
+        self.store_errors.labels("transient" if transient else "permanent").inc()
 
     def counting_dead_letters(self, send: Callable[[str, str, bytes], None],
                               stage: str = "process") -> Callable[[str, str, bytes], None]:

@@ -13,6 +13,29 @@ On start, state and offsets come from the last checkpoint, and the runtime moves
 group's committed offsets back to it if they ran ahead (batches acknowledged after the
 last checkpoint are read again and rewrite the same facts). Records below a checkpoint
 offset (re-delivered because a commit was lost) are skipped, so nothing counts twice.
+
+One bad record never halts attribution. Whatever a record makes the code raise (any
+``Exception``) sends it to the dead-letter topic with its position (topic/partition@offset)
+and ``<exception type>: <message>``, and the next record is read. The domain validates a
+record before it changes any state (watch objects' shapes in domain/k8s.py, a scrape is
+parsed, a snapshot's holders are built, a reference document is parsed, all before they are
+applied), so a refused record leaves nothing half-applied (at most the count of watch events
+seen, and an empty attributor for its cluster, which emits nothing), and a shape that passed
+cannot fail later in ``flush``. Refused the same way:
+
+- a source record whose event time is before 2000-01-01 or more than ``max_future_skew_ms``
+  after its ``ingested_at_ms``. That field is the publisher's clock when it published the
+  record (live producers correct it to the broker's clock, producers/clock.py), the only
+  clock in the record that is not the event time itself: the Kafka timestamp is CreateTime
+  = ``observed_at``, and bounding by event times already seen would be circular. It is read
+  from the record, never from this process's clock, so a replay judges every record exactly
+  as the first run did. (A scrape stamped 2100 would otherwise make every later scrape of
+  its node a repeat, and a future bookmark would hold the watch watermark in the future.)
+  Reference documents are exempt: their event time is their validity, which may lie ahead.
+- a reference document (inventory, rate cards, quotas, credits) its parser refuses, or of an
+  unknown kind: it is not written, so the previous valid one stays in force.
+- a fact row the store refuses for good (a value that does not fit its column): the batch is
+  bisected and only that row is dead-lettered (sinks/isolate.py), with the fact's source.
 """
 
 from __future__ import annotations
@@ -23,12 +46,15 @@ from dataclasses import dataclass
 import orjson
 
 from gpuledger.domain.attribution import NEG_INF, Attributor
+from gpuledger.domain.bounds import check_event_time_ms
+from gpuledger.domain.cost import parse_ratecards
 from gpuledger.domain.facts import FactBatch, SourcePos
-from gpuledger.domain.inventory import InventoryError, parse_inventory
-from gpuledger.domain.k8s import WatchError
-from gpuledger.domain.podresources import PodResourcesError
-from gpuledger.schemas import Codec, CodecError
-from gpuledger.sinks.base import Checkpoint, FactStore
+from gpuledger.domain.inventory import parse_inventory
+from gpuledger.domain.pricing import parse_credits
+from gpuledger.domain.quota import parse_quotas
+from gpuledger.schemas import Codec
+from gpuledger.sinks.base import Checkpoint, FactStore, PermanentStoreError
+from gpuledger.sinks.isolate import write_isolating
 from gpuledger.streams.topics import Topics
 
 __all__ = ["FlushResult", "Processor"]
@@ -36,6 +62,20 @@ __all__ = ["FlushResult", "Processor"]
 PROCESSOR_NAME = "attribution"
 DeadLetter = Callable[[str, str, bytes], None]  # (source, reason, raw)
 Flush = Callable[[], None]
+REFERENCE_PARSERS = {"inventory": parse_inventory, "ratecards": parse_ratecards, "quotas": parse_quotas,
+                     "credits": parse_credits}
+
+
+class EventTimeError(ValueError):
+    """A record's event time is outside the bounds the processor accepts."""
+
+
+def check_event_time(observed_at_ms: int, ingested_at_ms: int, max_future_skew_ms: int) -> None:
+    """Raise ``EventTimeError`` naming the bound broken (pure: both instants come from the record;
+    the bounds are ingest's, ``domain/bounds.py``)."""
+    reason = check_event_time_ms(observed_at_ms, ingested_at_ms, max_future_skew_ms)
+    if reason:
+        raise EventTimeError(f"{reason}; fix the source's clock or the capture line")
 
 
 @dataclass(frozen=True)
@@ -49,8 +89,9 @@ class FlushResult:
 
 class Processor:
     def __init__(self, topics: Topics, store: FactStore, dead_letter: DeadLetter, dead_letter_flush: Flush,
-                 stale_ceiling_ms: int, node_grace_ms: int) -> None:
+                 stale_ceiling_ms: int, node_grace_ms: int, max_future_skew_ms: int = 86_400_000) -> None:
         self.topics, self.store = topics, store
+        self.max_future_skew_ms = max_future_skew_ms
         self.dead_letter, self.dead_letter_flush = dead_letter, dead_letter_flush
         self.stale_ceiling_ms, self.node_grace_ms = stale_ceiling_ms, node_grace_ms
         self.codecs = {t.name: Codec(t.schema) for t in topics.processed()}
@@ -62,6 +103,7 @@ class Processor:
         self.seq = 0
         self.skipped_replayed = 0
         self.dead_lettered = 0
+        self.series_skipped: dict[str, int] = {}  # DCGM series skipped since last taken, by reason (metrics)
         self._inventories: list[tuple[str, dict, int]] = []
         self._references: list[tuple[str, str, int, str]] = []
         self._unwritten = FactBatch()
@@ -96,7 +138,7 @@ class Processor:
         try:
             record = self.codecs[topic].decode(value or b"")
             self._dispatch(topic, partition, offset, record)
-        except (CodecError, WatchError, PodResourcesError, InventoryError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # noqa: BLE001 — the record boundary: whatever a record raises dead-letters it
             self.dead_lettered += 1
             self.dead_letter(source, f"{type(exc).__name__}: {exc}", value or b"")
 
@@ -110,21 +152,27 @@ class Processor:
         t = self.topics
         pos = SourcePos(topic, partition, offset)
         if topic == t.reference.name:
+            parse = REFERENCE_PARSERS.get(r["kind"])
+            if parse is None:
+                raise ValueError(f"unknown reference kind {r['kind']!r} (one of {', '.join(REFERENCE_PARSERS)})")
+            doc = orjson.loads(r["document_json"])
+            parse(doc)  # refused documents are not written: the previous valid one stays in force
             if r["kind"] == "inventory":
-                doc = orjson.loads(r["document_json"])
-                parse_inventory(doc)
                 self._attributor(r["cluster_id"]).apply_inventory(doc)
                 self._inventories.append((r["cluster_id"], doc, r["observed_at_ms"]))
             else:
                 self._references.append((r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"]))
             return
         ts = r["observed_at_ms"]
+        check_event_time(ts, r["ingested_at_ms"], self.max_future_skew_ms)
         if topic == t.k8s.name:
             self._attributor(r["cluster_id"]).apply_watch(r["event_type"], orjson.loads(r["object_json"]), ts)
         elif topic == t.podresources.name:
             self._attributor(r["cluster_id"]).apply_podresources(r["node"], orjson.loads(r["response_json"]), ts, pos)
         elif topic == t.dcgm.name:
-            self._attributor(r["cluster_id"]).apply_dcgm(r["node"], r["exposition"], ts, pos)
+            for reason, n in self._attributor(r["cluster_id"]).apply_dcgm(r["node"], r["exposition"], ts, pos).items():
+                if not reason.startswith("not an attribution field"):  # blanks, implausible values, repeats
+                    self.series_skipped[reason] = self.series_skipped.get(reason, 0) + n
         elif topic == t.vgpu.name:
             self._attributor(r["cluster_id"]).apply_vgpu(r["host"], r["vgpus"], ts, pos)
         elif topic == t.requests.name:
@@ -157,8 +205,8 @@ class Processor:
             self.store.write_reference(*ref)
         self._inventories.clear()
         self._references.clear()
-        self.dead_letter_flush()
-        self.store.write_facts(batch)  # 1. facts (and dead letters, above); on a StoreError they stay for the retry
+        write_isolating(self.store, batch, self._reject_fact)  # 1. facts; on a StoreError they stay for the retry
+        self.dead_letter_flush()  # and dead letters, the rows the store refused among them
         self._unwritten = FactBatch()
         pending = sum(a.pending_samples() for a in self.attributors.values())
         result = FlushResult(len(batch.capacity), len(batch.utilization), len(batch.requests), pending,
@@ -171,6 +219,18 @@ class Processor:
             "clusters": {c: a.to_state() for c, a in self.attributors.items()},
         }))
         return result
+
+    def take_series_skipped(self) -> dict[str, int]:
+        """DCGM series skipped since the last call, by reason."""
+        out, self.series_skipped = self.series_skipped, {}
+        return out
+
+    def _reject_fact(self, table: str, fact: object, exc: PermanentStoreError) -> None:
+        """A fact row the store refuses for good: dead-lettered under the record it came from."""
+        source = f"{getattr(fact, 'src_topic', '')}/{getattr(fact, 'src_partition', '')}@{getattr(fact, 'src_offset', '')}"
+        self.dead_lettered += 1
+        self.dead_letter(source, f"StoreRejected: {table} row {getattr(fact, 'fact_id', '?')}: {exc}",
+                         repr(fact).encode())
 
     def caught_up(self, highs: dict[str, int]) -> bool:
         """True once every partition has been read up to the given end offsets."""

@@ -15,6 +15,7 @@ queries for it: ``POST /query`` on 127.0.0.1, announced in ``HOME/process.json``
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ import orjson
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response, View
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from gpuledger.config import Settings
 from gpuledger.producers.dead_letter import DeadLetters
@@ -39,6 +41,8 @@ from gpuledger.streams.processor import Processor
 from gpuledger.streams.topics import ensure_topics, read_extents, topics_for
 
 __all__ = ["read_extents", "run_process"]
+
+log = logging.getLogger(__name__)
 
 
 _COORDINATOR_LOADING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
@@ -106,7 +110,8 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
     dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
     metrics = WorkerMetrics()
     proc = Processor(topics, store, metrics.counting_dead_letters(dead.send), dead.flush,
-                     int(settings.stale_ceiling_s * 1000), int(settings.podresources_grace_s * 1000))
+                     int(settings.stale_ceiling_s * 1000), int(settings.podresources_grace_s * 1000),
+                     max_future_skew_ms=int(settings.max_future_skew_s * 1000))
     restored = proc.restore()
     names = [t.name for t in topics.processed()]
     extents = read_extents(settings.kafka_bootstrap, names)
@@ -129,7 +134,7 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                     broker_heartbeat_interval=1, topic_disable_leader=True, consumer_auto_offset_reset="earliest",
                     broker_commit_interval=1.0)
     channel = app.topic(*names, value_type=bytes, key_type=bytes)
-    stats = {"records": 0, "capacity": 0, "utilization": 0, "requests": 0, "started": time.monotonic(),
+    stats = {"exit": 0, "records": 0, "capacity": 0, "utilization": 0, "requests": 0, "started": time.monotonic(),
              "last_report": 0.0, "checkpointed": 0.0, "extents_read": 0.0}
     worker_box: list[faust.Worker] = []
     stopping = asyncio.Event()
@@ -148,26 +153,66 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
             stopping.set()
             await worker_box[0].stop()
 
-    async def apply_flush(final: bool = False) -> None:
-        """Write, then checkpoint; while the store refuses, wait and try again (the batch is
-        not acknowledged meanwhile, and the facts a failed write drained are kept)."""
+    def halted() -> bool:
+        """Stopping: asked to (SIGTERM, SIGINT), caught up, or failed."""
+        return stopping.is_set() or bool(worker_box and worker_box[0].should_stop)
+
+    async def pause(seconds: float) -> None:
+        """The retry's sleep, cut short when the worker is stopping (SIGTERM stops it within a second)."""
+        end = time.monotonic() + seconds
+        while not halted() and time.monotonic() < end:
+            await asyncio.sleep(min(0.25, max(0.0, end - time.monotonic())))
+
+    def fail(message: str) -> None:
+        stats["exit"] = 1
+        log.error(message)
+        progress(message)
+        asyncio.ensure_future(stop())
+
+    def retrying_transient(down_since: list[float]) -> AsyncRetrying:
+        def before_sleep(state: RetryCallState) -> None:
+            metrics.store_error(transient=True)
+            down_since[:] = down_since or [time.monotonic()]
+            progress(f"process: ClickHouse unavailable for {time.monotonic() - down_since[0]:.0f}s "
+                     f"({state.outcome.exception()}); retrying in {state.next_action.sleep:.1f}s")
+        return AsyncRetrying(retry=retry_if_exception(lambda e: isinstance(e, StoreError) and e.transient),
+                             wait=wait_exponential(multiplier=0.5, max=5.0), stop=lambda _: halted(), sleep=pause,
+                             before_sleep=before_sleep, reraise=True)
+
+    async def apply_flush(final: bool = False) -> bool:
+        """Write, then checkpoint. While the store refuses for a while (transient), wait and try
+        again with exponential backoff (the batch is not acknowledged meanwhile, and the facts a
+        failed write drained are kept). A refusal for good that no row is to blame for stops the
+        worker (exit 1) naming the table and the fix; so does a SIGTERM during the retries.
+        Returns False once the worker is stopping with the batch unwritten."""
         now = time.monotonic()
         checkpoint = final or now - stats["checkpointed"] >= settings.checkpoint_interval_s
-        backoff, down_since = 0.5, None
-        while True:
-            try:
-                started = time.monotonic()
-                result = proc.flush(checkpoint)
-                break
-            except StoreError as exc:
-                metrics.store_error()
-                down_since = down_since or time.monotonic()
-                progress(f"process: ClickHouse unavailable for {time.monotonic() - down_since:.0f}s ({exc}); "
-                         f"retrying in {backoff:.1f}s")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-        if down_since is not None:
-            progress(f"process: ClickHouse back after {time.monotonic() - down_since:.0f}s; nothing lost")
+        down_since: list[float] = []
+        started = time.monotonic()
+        try:
+            async for attempt in retrying_transient(down_since):
+                with attempt:
+                    started = time.monotonic()
+                    result = proc.flush(checkpoint)
+        except StoreError as exc:
+            if exc.transient:
+                fail(f"process: stopped while ClickHouse refused writes ({exc}); nothing after the last "
+                     "checkpoint was acknowledged, so starting again resumes there and loses nothing")
+            else:
+                metrics.store_error(transient=False)
+                table = f"{store.db}.{exc.table}" if exc.table else "the store"
+                fail(f"process: ClickHouse refuses every write to {table}, whatever the rows: {exc}. Fix: make "
+                     f"{table} writable again (a dropped table is re-created by starting `gpuledger process`, "
+                     "which creates missing tables; check grants and the DSN), then start the worker again: it "
+                     "resumes from its last checkpoint and loses nothing")
+            return False
+        except Exception as exc:  # noqa: BLE001 — a bug, not a record: stop instead of serving a dead worker
+            log.exception("process: flush failed")
+            fail(f"process: attribution failed while writing a batch ({type(exc).__name__}: {exc}); stopping. "
+                 "Nothing after the last checkpoint was acknowledged; report this with the log")
+            return False
+        if down_since:
+            progress(f"process: ClickHouse back after {time.monotonic() - down_since[0]:.0f}s; nothing lost")
         if checkpoint:
             stats["checkpointed"] = now
         stats["capacity"] += result.capacity_facts
@@ -177,16 +222,21 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
                         result.pending_samples, time.monotonic() - started)
         metrics.positions(proc.extents, proc.next_offsets, proc.partition_wm, source_topics)
         report(result.pending_samples)
+        return True
 
     @app.agent(channel)
     async def attribute(stream):
         async for events in stream.take_events(settings.batch_max_records, within=settings.batch_max_wait_s):
+            if halted():
+                break  # not acknowledged: read again from the checkpoint by the next start
             for ev in events:
                 m = ev.message
                 proc.handle(m.topic, m.partition, m.offset, m.value)
             stats["records"] += len(events)
             metrics.consumed(ev.message.topic for ev in events)
-            await apply_flush()  # facts, then checkpoint; faust acks this batch only after we return
+            metrics.skipped(proc.take_series_skipped())
+            if not await apply_flush():  # facts, then checkpoint; faust acks this batch only after we return
+                break
 
     @app.timer(1.0)
     async def housekeeping() -> None:
@@ -194,7 +244,8 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
             return
         metrics.positions(proc.extents, proc.next_offsets, proc.partition_wm, source_topics)
         if until_caught_up and proc.caught_up(highs):
-            await apply_flush(final=True)
+            if not await apply_flush(final=True):
+                return
             report(0, force=True)
             progress("process: caught up")
             await stop()
@@ -231,6 +282,8 @@ def run_process(settings: Settings, until_caught_up: bool, progress: Callable[[s
     finally:
         marker.unlink(missing_ok=True)
         store.close()
+    if stats["exit"]:
+        return int(stats["exit"])
     if until_caught_up and not proc.caught_up(highs):
         progress("process: stopped before catching up")
         return 1

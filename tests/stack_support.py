@@ -16,7 +16,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
+from gpuledger.schemas import Codec
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.stack import KafkaBroker
 
@@ -113,3 +115,19 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def dead_letters(topic: str) -> list[dict]:
+    """Every record of a dead-letter topic (partition 0), decoded."""
+    codec, out = Codec("dead_letter"), []
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"{topic}-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    consumer.assign([TopicPartition(topic, 0, low)])
+    while len(out) < high - low:
+        msg = consumer.poll(5.0)
+        assert msg is not None, f"dead-letter topic {topic}: read {len(out)} of {high - low}"
+        if not msg.error():
+            out.append(codec.decode(msg.value()))
+    consumer.close()
+    return out

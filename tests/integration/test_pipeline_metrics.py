@@ -188,7 +188,8 @@ def test_last_event_time_per_source_topic_is_the_newest_observation(run):
 def test_flushes_timed_and_no_store_errors(run):
     m = run["metrics"]
     assert m[("gpuledger_worker_flush_seconds_count", frozenset())] >= 1
-    assert m[("gpuledger_worker_store_errors_total", frozenset())] == 0
+    for kind in ("transient", "permanent"):
+        assert m[("gpuledger_worker_store_errors_total", frozenset({("kind", kind)}))] == 0
     assert m[("gpuledger_worker_pending_samples", frozenset())] >= 0
     assert m[("gpuledger_worker_last_flush_timestamp_seconds", frozenset())] > 0
 

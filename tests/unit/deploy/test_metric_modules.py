@@ -51,6 +51,21 @@ def test_dead_letters_are_forwarded_and_counted_by_class():
     assert dead_letter_class("KeyError: 'node'") == "KeyError"
 
 
+def test_store_errors_counted_by_kind_and_skipped_series_by_reason():
+    m = WorkerMetrics()
+    m.store_error(transient=True)
+    m.store_error(transient=True)
+    m.store_error(transient=False)
+    m.skipped({"implausible power (not in [0, 100000) W)": 2})
+    m.skipped({"implausible power (not in [0, 100000) W)": 1, "DCGM blank sentinel": 4})
+    got = samples(m.registry)
+    assert got[("gpuledger_worker_store_errors_total", (("kind", "transient"),))] == 2
+    assert got[("gpuledger_worker_store_errors_total", (("kind", "permanent"),))] == 1
+    assert got[("gpuledger_worker_dcgm_series_skipped_total",
+                (("reason", "implausible power (not in [0, 100000) W)"),))] == 3
+    assert got[("gpuledger_worker_dcgm_series_skipped_total", (("reason", "DCGM blank sentinel"),))] == 4
+
+
 def test_facts_counted_per_table_and_flush_timed():
     m = WorkerMetrics()
     m.flushed(3, 10, 2, 0, 7, 0.02)

@@ -72,8 +72,28 @@ def test_blank_sentinels_dropped(value):
     assert parsed.samples == [] and parsed.skipped == {"DCGM blank sentinel": 1}
 
 
-@pytest.mark.parametrize("value, watts", [("140737488355327", 140737488355327.0), ("140737488355344", 140737488355344.0),
-                                          ("699.9", 699.9)])
-def test_values_next_to_the_fp64_blank_are_kept(value, watts):
-    (s,) = parse_exposition(f'DCGM_FI_DEV_POWER_USAGE{{gpu="0",gpu_uuid="GPU-a",hostname="n"}} {value}\n').samples
-    assert s.power_w == watts
+@pytest.mark.parametrize("value, joules", [("140737488355327", 140737488355.327), ("140737488355344", 140737488355.344),
+                                           ("699.9", 0.6999)])
+def test_values_next_to_the_fp64_blank_are_kept(value, joules):
+    (s,) = parse_exposition(
+        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",gpu_uuid="GPU-a",hostname="n"}} {value}\n').samples
+    assert s.energy_j == pytest.approx(joules)
+
+
+@pytest.mark.parametrize("name, value, reason", [
+    ("DCGM_FI_DEV_FB_USED", "1e13", "implausible framebuffer used (not in [0, 2^50) bytes)"),  # * 2^20 overflows Int64
+    ("DCGM_FI_DEV_FB_USED", "-1", "implausible framebuffer used (not in [0, 2^50) bytes)"),
+    ("DCGM_FI_DEV_POWER_USAGE", "140737488355327", "implausible power (not in [0, 100000) W)"),
+    ("DCGM_FI_DEV_POWER_USAGE", "-3.5", "implausible power (not in [0, 100000) W)"),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "-1", "implausible energy (negative or not finite)"),
+])
+def test_implausible_values_are_skipped_with_their_reason(name, value, reason):
+    parsed = parse_exposition(f'{name}{{gpu="0",UUID="GPU-a"}} {value}\nDCGM_FI_PROF_SM_ACTIVE{{gpu="0",UUID="GPU-a"}} 0.5\n')
+    (s,) = parsed.samples
+    assert s.sm_active_ratio == 0.5 and s.fb_used_bytes is None and s.power_w is None and s.energy_j is None
+    assert parsed.skipped == {reason: 1}
+
+
+def test_largest_plausible_framebuffer_is_kept():
+    (s,) = parse_exposition('DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a"} 1073741823\n').samples
+    assert s.fb_used_bytes == (2 ** 30 - 1) * 2 ** 20 < 2 ** 63

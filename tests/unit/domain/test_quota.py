@@ -34,3 +34,10 @@ def test_no_quota_means_all_borrowed_and_fractions_do_not_leave_noise():
 def test_bad_quota_names_the_entry():
     with pytest.raises(QuotaError, match=r"quotas\[0\]"):
         parse_quotas([{"tenant_id": "a"}])
+
+
+@pytest.mark.parametrize("guaranteed", ["NaN", "inf", -1, "lots"])
+def test_a_quota_that_is_not_a_finite_non_negative_number_is_refused(guaranteed):
+    with pytest.raises(QuotaError, match=r"quotas\[0\]"):
+        parse_quotas([{"tenant_id": "t", "gpu_class": "H100", "guaranteed_gpus": guaranteed,
+                       "valid_from": "2026-10-01T00:00:00Z"}])
