@@ -38,21 +38,26 @@ def device_holders(response: dict) -> dict[str, DeviceHolder]:
     for i, pod in enumerate(pods):
         if not isinstance(pod, dict) or "name" not in pod or "namespace" not in pod:
             raise PodResourcesError(f"podResources[{i}] needs name and namespace")
-        if not isinstance(pod["name"], str) or not isinstance(pod["namespace"], str):
-            raise PodResourcesError(f"podResources[{i}] name and namespace must be strings")
+        for key in ("namespace", "name"):
+            if not isinstance(pod[key], str):
+                raise PodResourcesError(f"podResources[{i}].{key} must be a string, got {pod[key]!r}")
         for j, container in enumerate(_list(pod, "containers", "containers", f"podResources[{i}]")):
             at = f"podResources[{i}].containers[{j}]"
             if not isinstance(container, dict):
                 raise PodResourcesError(f"{at} must be an object, got {container!r}")
+            if not isinstance(container.get("name", ""), (str, type(None))):
+                raise PodResourcesError(f"{at}.name must be a string, got {container['name']!r}")
             for k, dev in enumerate(_list(container, "devices", "devices", at)):
                 if not isinstance(dev, dict):
                     raise PodResourcesError(f"{at}.devices[{k}] must be an object, got {dev!r}")
                 resource = _get(dev, "resourceName", "resource_name", "")
+                if not isinstance(resource, (str, type(None))):
+                    raise PodResourcesError(f"{at}.devices[{k}].resourceName must be a string, got {resource!r}")
                 for device_id in _list(dev, "deviceIds", "device_ids", f"{at}.devices[{k}]"):
                     if not isinstance(device_id, (str, int)) or isinstance(device_id, bool):
                         raise PodResourcesError(f"{at}.devices[{k}].deviceIds holds {device_id!r}, not a device id")
                     holders[str(device_id)] = DeviceHolder(pod["namespace"], pod["name"],
-                                                           str(container.get("name") or ""), str(resource or ""))
+                                                           container.get("name") or "", resource or "")
     return holders
 
 

@@ -43,7 +43,7 @@ def _bad_records(topics, pub) -> list[tuple[int, Published, str]]:
                 ns["observed_at_ms"], 0), "WatchError: watch object is a str"))
     i, scrape = _first(topics, pub, dcgm)  # (c) the node's first scrape stamped 2100, before its real ones
     out.append((i, Published(dcgm, scrape["node"].encode(), dcgm_scrape.encode({**scrape, "observed_at_ms": Y2100_MS}),
-                Y2100_MS, None), "EventTimeError: observed_at 4102444800000 ms is"))
+                Y2100_MS, None), "EventTimeError: event time 2100-01-01T00:00:00Z is more than"))
     out.append((i, Published(dcgm, scrape["node"].encode(), dcgm_scrape.encode({**scrape, "observed_at_ms": 1_000}),
                 1_000, None), "before 2000-01-01"))
     i, bookmark = _first(topics, pub, k8s, lambda r: r["event_type"] == "BOOKMARK")  # (d) a bookmark far in the future
@@ -54,8 +54,8 @@ def _bad_records(topics, pub) -> list[tuple[int, Published, str]]:
     card = orjson.loads(cards["document_json"])
     nan = [{**card[0], "gpu_hour": {k: {**v, "guaranteed": "NaN"} for k, v in card[0]["gpu_hour"].items()}}]
     negative = [{**card[0], "per_million_tokens": {"input": -1, "output": 1}}]
-    for doc, reason in ((orjson.dumps(nan).decode(), "a rate must be a finite number >= 0"),
-                        (orjson.dumps(negative).decode(), "per_million_tokens.input is -1"),
+    for doc, reason in ((orjson.dumps(nan).decode(), "'NaN' is not finite"),
+                        (orjson.dumps(negative).decode(), "per_million_tokens.input -1 is negative"),
                         ("{not json", "JSONDecodeError"), ('"a string"', "rate cards must be a JSON list")):
         out.append((i + 1, Published(ref, b"prod-ai-1/ratecards", reference.encode({
             **cards, "observed_at_ms": cards["observed_at_ms"] + 1, "document_json": doc}), 0, None), reason))
@@ -132,8 +132,25 @@ def test_an_unexpected_exception_dead_letters_the_record_and_processing_goes_on(
     mp.feed(records)
     assert mp.dead == [(f"{poisoned[0]}/{poisoned[1]}@{poisoned[2]}", "RuntimeError: boom")]
     assert mp.store.capacity == clean.store.capacity
-    lost = {k for k, f in clean.store.utilization.items() if (f.src_topic, f.src_partition, f.src_offset) == poisoned[:3]}
-    assert lost and mp.store.utilization == {k: f for k, f in clean.store.utilization.items() if k not in lost}
+    was, now = clean.store.utilization, mp.store.utilization
+    lost = {k for k, f in was.items() if (f.src_topic, f.src_partition, f.src_offset) == poisoned[:3]}
+    assert lost
+    # the lost scrape's time is covered by the node's scrape before it (a missed scrape, within
+    # the staleness limit): only that scrape's facts change, and no device loses covered time
+    (t_lost, node), = {(was[k].observed_at_ms, was[k].node) for k in lost}
+    before = max(f.observed_at_ms for f in was.values() if f.node == node and f.observed_at_ms < t_lost)
+    assert set(was) - lost <= set(now)
+    assert all(now[k].observed_at_ms == before for k in set(now) - set(was))
+    for k in set(was) - lost:
+        assert now[k] == was[k] or (now[k].observed_at_ms == before and replace(now[k], span_ms=was[k].span_ms) == was[k])
+
+    def covered(facts):
+        out = {}
+        for f in facts.values():
+            out[f.device_id] = out.get(f.device_id, 0) + f.span_ms
+        return out
+
+    assert covered(now) == covered(was)
 
 
 @pytest.mark.parametrize("obj, message", [
