@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from gpuledger.domain.capacity import Piece, segment_facts
 from gpuledger.domain.dcgm import DeviceSample, parse_exposition
 from gpuledger.domain.demand import closed_demand
-from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact, fact_id
+from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.podresources import device_holders
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.domain.segments import NEG_INF, NodeState, node_from, node_state
-from gpuledger.domain.utilization import lookup, overlapping, sample_targets
+from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_fact
 from gpuledger.domain.vgpu import vgpu_holders, vgpu_segment_facts
 
 __all__ = ["NEG_INF", "Attributor", "Counters"]
@@ -335,38 +335,15 @@ class Attributor:
             if not parts:
                 parts = [(t, end, at_t)]
             for i, (a, b, piece) in enumerate(parts):
-                fact = self._fact(node, t, s, pos, device, a, b, piece, why, gap_reason, per_pod, held, len(targets))
+                fact = utilization_fact(self.cluster_id, node, t, s, pos, device, a, b, piece,
+                                        why if why or piece is not None else gap_reason,
+                                        per_pod, held, len(targets))
                 self._util_out.append(fact)
                 if i == 0:  # each sample of each unit counts once, as what covers its start
                     if fact.confidence == "unattributed":
                         self.counters.samples_unattributed += 1
                     else:
                         self.counters.samples_attributed += 1
-
-    def _fact(self, node: str, t: int, s: DeviceSample, pos: SourcePos, device: str, a: int, b: int,
-              piece: Piece | None, why: str, gap_reason: str, per_pod: dict, held: dict, n_targets: int):
-        if piece is None and not why:
-            why = gap_reason or f"no capacity fact covers {device}"
-        ratio = s.sm_active_ratio
-        if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
-            confidence, kind = piece.confidence, "allocated"
-            own = per_pod.get((piece.namespace, piece.pod_name))
-            if own is not None and piece.pod_uid in held:  # the pod's own series: relative to the share it holds
-                ratio = min(1.0, own * n_targets / held[piece.pod_uid])
-                confidence = "medium"
-        else:
-            kind, confidence = (piece.kind if piece else "unknown"), "unattributed"
-            if piece is not None:
-                why = piece.reason or f"device {piece.kind}"
-        fid = fact_id("utilization", self.cluster_id, device, t, *([a] if a != t else []))
-        return UtilizationFact(
-            fact_id=fid, cluster_id=self.cluster_id, gpu_uuid=s.gpu_uuid, device_id=device, node=node,
-            observed_at_ms=t, span_ms=max(0, b - a), sm_active_ratio=ratio, fb_used_bytes=s.fb_used_bytes,
-            power_w=s.power_w, energy_j=s.energy_j, capacity_fact_id=piece.fact_id if piece else "", kind=kind,
-            tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
-            namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
-            pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=why,
-            src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset)
 
     def _prune(self, st: NodeState) -> None:
         """Forget pieces no sample can still need: a node's scrapes arrive in order, so pieces

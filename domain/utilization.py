@@ -14,9 +14,10 @@ from collections.abc import Sequence
 
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
+from gpuledger.domain.facts import SourcePos, UtilizationFact, fact_id
 from gpuledger.domain.inventory import Inventory
 
-__all__ = ["lookup", "overlapping", "sample_targets"]
+__all__ = ["lookup", "overlapping", "sample_targets", "utilization_fact"]
 
 
 def _start(piece: Piece) -> int:
@@ -60,3 +61,32 @@ def sample_targets(inv: Inventory, pieces: dict[str, list[Piece]], node: str, t_
         return [(f"{s.gpu_uuid}::{k}", lookup(pieces.get(f"{s.gpu_uuid}::{k}", ()), t_ms), "")
                 for k in range(gpu.timeslice_replicas)]
     return [(s.gpu_uuid, None, "vGPU host GPU: attributed through vGPU assignments")]
+
+
+def utilization_fact(cluster_id: str, node: str, t: int, s: DeviceSample, pos: SourcePos, device: str, a: int,
+                     b: int, piece: Piece | None, why: str, per_pod: dict, held: dict,
+                     n_targets: int) -> UtilizationFact:
+    """The part ``[a, b)`` of the sample at ``t`` of ``device``, over ``piece`` (or none, with
+    the reason ``why``). The part starting at the sample keeps the sample's id."""
+    if piece is None and not why:
+        why = f"no capacity fact covers {device}"
+    ratio = s.sm_active_ratio
+    if piece is not None and piece.kind == "allocated" and piece.confidence != "unattributed":
+        confidence, kind = piece.confidence, "allocated"
+        own = per_pod.get((piece.namespace, piece.pod_name))
+        if own is not None and piece.pod_uid in held:  # the pod's own series: relative to the share it holds
+            ratio = min(1.0, own * n_targets / held[piece.pod_uid])
+            confidence = "medium"
+    else:
+        kind, confidence = (piece.kind if piece else "unknown"), "unattributed"
+        if piece is not None:
+            why = piece.reason or f"device {piece.kind}"
+    fid = fact_id("utilization", cluster_id, device, t, *([a] if a != t else []))
+    return UtilizationFact(
+        fact_id=fid, cluster_id=cluster_id, gpu_uuid=s.gpu_uuid, device_id=device, node=node,
+        observed_at_ms=t, span_ms=max(0, b - a), sm_active_ratio=ratio, fb_used_bytes=s.fb_used_bytes,
+        power_w=s.power_w, energy_j=s.energy_j, capacity_fact_id=piece.fact_id if piece else "", kind=kind,
+        tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
+        namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
+        pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=why,
+        src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset)

@@ -15,7 +15,6 @@ import uuid
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from captures import append_lines
 from gpuledger.demo.cluster import write_capture
@@ -23,7 +22,7 @@ from gpuledger.producers.kafka import KafkaPublisher
 from gpuledger.schemas import Codec
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from plans import truth_plan
-from stack_support import BOOTSTRAP, Stack
+from stack_support import BOOTSTRAP, Stack, dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -104,21 +103,6 @@ def _raw_avro(stack: Stack) -> list[tuple[str, bytes]]:
             (f"{src}.podresources", dcgm), (f"{src}.k8s-watch", request + b"\x00"), (f"{src}.requests", b"")]
 
 
-def _dead_letters(topic: str) -> list[dict]:
-    codec, out = Codec("dead_letter"), []
-    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"{topic}-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False})
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-    consumer.assign([TopicPartition(topic, 0, low)])
-    while len(out) < high - low:
-        msg = consumer.poll(5.0)
-        assert msg is not None, f"dead-letter topic {topic}: read {len(out)} of {high - low}"
-        if not msg.error():
-            out.append(codec.decode(msg.value()))
-    consumer.close()
-    return out
-
-
 def test_fuzzed_input_is_dead_lettered_and_the_rest_adds_up(broker, tmp_path, record_trial):
     plan = truth_plan(hours=2)
     clean_capture = write_capture(plan, tmp_path / "clean")
@@ -141,7 +125,7 @@ def test_fuzzed_input_is_dead_lettered_and_the_rest_adds_up(broker, tmp_path, re
     assert "caught up" in done.stderr
 
     injected = sum(len(v) for v in corpus.values()) + len(raw)
-    dead = _dead_letters(f"{fuzzed.prefix}.dead-letter")
+    dead = dead_letters(f"{fuzzed.prefix}.dead-letter")
     assert len(dead) == injected, "\n".join(f"{d['stage']} {d['source']}: {d['reason']}" for d in dead)
     assert all(d["reason"] and d["source"] for d in dead)
     at_process = [d for d in dead if d["stage"] == "process"]

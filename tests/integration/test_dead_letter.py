@@ -4,13 +4,11 @@ the rest is processed."""
 
 import orjson
 import pytest
-from confluent_kafka import Consumer
 
 from captures import append_lines
-from conftest import BOOTSTRAP
 from gpuledger.demo.cluster import write_capture
-from gpuledger.schemas import Codec
 from plans import expected_allocated_hours, truth_plan
+from stack_support import dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -24,22 +22,6 @@ BAD_LINES = {
 }
 
 
-def _dead_letters(topic: str) -> list[dict]:
-    codec = Codec("dead_letter")
-    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"{topic}-reader", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    out, idle = [], 0
-    while idle < 10:
-        msg = consumer.poll(0.5)
-        if msg is None or msg.error():
-            idle += 1
-            continue
-        idle = 0
-        out.append(codec.decode(msg.value()))
-    consumer.close()
-    return out
-
-
 def test_bad_lines_are_dead_lettered_with_reasons_and_the_rest_is_processed(stack, tmp_path):
     plan = truth_plan()
     cap = write_capture(plan, tmp_path / "capture")
@@ -50,7 +32,7 @@ def test_bad_lines_are_dead_lettered_with_reasons_and_the_rest_is_processed(stac
     assert "rejected (dead-lettered) lines: 4" in ingest.stdout
     stack.run("process", "--until-caught-up")
 
-    dead = _dead_letters(f"{stack.prefix}.dead-letter")
+    dead = dead_letters(f"{stack.prefix}.dead-letter")
     by_source = {d["source"]: d for d in dead}
     k8s, pr = lines_before["k8s-watch.jsonl"], lines_before["podresources.jsonl"]
     assert "not JSON" in by_source[f"k8s-watch.jsonl:{k8s + 1}"]["reason"]

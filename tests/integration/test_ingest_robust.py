@@ -14,14 +14,12 @@ import uuid
 
 import orjson
 import pytest
-from confluent_kafka import Consumer
 
 from captures import optional_fields, spoil, without_documents
 from gpuledger.demo.cluster import write_capture
-from gpuledger.schemas import Codec
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from plans import service_plan
-from stack_support import BOOTSTRAP, Stack
+from stack_support import Stack, dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -34,22 +32,6 @@ def _query(stack: Stack, sql: str) -> list[tuple]:
         return store.query(sql)[1]
     finally:
         store.close()
-
-
-def _dead_letters(topic: str) -> list[dict]:
-    codec = Codec("dead_letter")
-    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"{topic}-reader", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    out, idle = [], 0
-    while idle < 10:
-        msg = consumer.poll(0.5)
-        if msg is None or msg.error():
-            idle += 1
-            continue
-        idle = 0
-        out.append(codec.decode(msg.value()))
-    consumer.close()
-    return out
 
 
 def _stack(broker, tmp_path, name: str) -> Stack:
@@ -119,7 +101,7 @@ def test_bad_lines_are_dead_letters_and_the_rest_gives_the_clean_facts(broker, t
     assert all(facts["clean"][t] for t in ("capacity_facts", "utilization_facts", "request_facts")), \
         {t: len(rows) for t, rows in facts["clean"].items()}
 
-    dead = {d["source"]: d for d in _dead_letters(f"{stacks['dirty'].prefix}.dead-letter") if d["stage"] == "ingest"}
+    dead = {d["source"]: d for d in dead_letters(f"{stacks['dirty'].prefix}.dead-letter") if d["stage"] == "ingest"}
     assert set(dead) == set(expected)
     for source, cause in expected.items():
         assert cause in dead[source]["reason"], (source, dead[source]["reason"])
