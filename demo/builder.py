@@ -147,6 +147,18 @@ class CaptureWriter:
                                       "metadata": {"resourceVersion": str(rv), "creationTimestamp": None},
                                       "spec": {"containers": None}, "status": {}})
 
+    def watch_stream(self, events: list[tuple[int, str, dict | None]], rv: int) -> int:
+        """Watch events (``BOOKMARK`` with no object) in order, each with the next
+        resourceVersion after ``rv``; returns the last one."""
+        for t, kind, obj in events:
+            rv += 1
+            if kind == "BOOKMARK":
+                self.bookmark(t, rv)
+            else:
+                obj["metadata"]["resourceVersion"] = str(rv)
+                self.watch(t, kind, obj)
+        return rv
+
     def snapshot(self, t_ms: int, node: str, holders: dict[tuple[str, str], list[str]]) -> None:
         self.line("podresources.jsonl", {"observed_at": format_rfc3339(t_ms), "node": node,
                                          "response": podresources_response(holders)})

@@ -182,17 +182,10 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
         w.document("ratecards.json", plan.ratecards)
     if plan.quotas:
         w.document("quotas.json", plan.quotas)
-    rv = 1000
     bookmarks = range(plan.start_ms, plan.end_ms + 1, plan.bookmark_every_ms)
     merged = sorted([(t, 0, k, o) for t, _, k, o in _watch_events(plan)] + [(t, 1, "BOOKMARK", None) for t in bookmarks],
                     key=lambda e: (e[0], e[1]))
-    for t, _, kind, obj in merged:
-        rv += 1
-        if kind == "BOOKMARK":
-            w.bookmark(t, rv)
-        else:
-            obj["metadata"]["resourceVersion"] = str(rv)
-            w.watch(t, kind, obj)
+    w.watch_stream([(t, kind, obj) for t, _, kind, obj in merged], 1000)
     progress(f"generate: {len(merged)} watch events")
 
     by_node = {node: [p for p in plan.pods if p.node == node and not p.waits_for_mig] for node in plan.nodes}

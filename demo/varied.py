@@ -133,7 +133,6 @@ def write_varied(plan: VariedPlan, root: Path) -> Path:
         (root / "inventory.json").write_bytes(inv)
     if plan.ratecards:
         w.document("ratecards.json", plan.ratecards)
-    rv = 100
     events = []
     for tenant in plan.tenants:
         events.append((plan.start_ms - H, 0, "ADDED", namespace_object(f"{tenant}-ns", det_uuid("varied-ns", tenant),
@@ -145,13 +144,7 @@ def write_varied(plan: VariedPlan, root: Path) -> Path:
         events.append((p.end_ms, 1, "DELETED", pod_object(ns, p.name, p.uid, p.node, p.start_ms - 4_000, 1, "Succeeded")))
     last_event = max(t for t, *_ in events)
     bookmarks = [(t, 2, "BOOKMARK", None) for t in range(plan.start_ms, max(plan.end_ms, last_event) + M, M)]
-    for t, _, kind, obj in sorted(events + bookmarks, key=lambda e: (e[0], e[1])):
-        rv += 1
-        if kind == "BOOKMARK":
-            w.bookmark(t, rv)
-        else:
-            obj["metadata"]["resourceVersion"] = str(rv)
-            w.watch(t, kind, obj)
+    w.watch_stream([(t, kind, obj) for t, _, kind, obj in sorted(events + bookmarks, key=lambda e: (e[0], e[1]))], 100)
     # files in time order, the nodes interleaved, as producers append what they observe
     snapshots = sorted((t, node) for node in plan.nodes for t in plan.pr_times[node])
     for t, node in snapshots:
