@@ -127,18 +127,18 @@ def parse_inventory(doc: dict) -> Inventory:
         if not isinstance(g, dict):
             raise InventoryError(f"gpus[{i}] must be an object, got {g!r}")
         try:
-            mode = str(g.get("mode", "exclusive"))
+            mode = str(g.get("mode") or "exclusive")
             if mode not in ("exclusive", "mig", "timeslice", "vgpu"):
                 raise ValueError(f"mode must be exclusive, mig, timeslice or vgpu, got {mode!r}")
             migs = tuple(MigDevice(str(m["mig_uuid"]), str(m["profile"]), int(m["gpu_instance_id"]),
-                                   int(m.get("compute_instance_id", 0))) for m in g.get("mig_devices") or [])
+                                   int(m.get("compute_instance_id") or 0)) for m in g.get("mig_devices") or [])
             for m in migs:
                 default_mig_weight(m.profile)
             replicas = int(g.get("timeslice_replicas") or 1)
             if replicas < 1:
                 raise ValueError("timeslice_replicas must be at least 1")
             inv.gpus.append(GpuEntry(
-                gpu_uuid=str(g["gpu_uuid"]), node=str(g["node"]), model=str(g.get("model", "")),
+                gpu_uuid=str(g["gpu_uuid"]), node=str(g["node"]), model=str(g.get("model") or ""),
                 gpu_class=str(g.get("gpu_class") or g.get("model") or "unknown"), mode=mode,
                 valid_from_ms=parse_rfc3339_ms(g["valid_from"]) if g.get("valid_from") else 0,
                 valid_to_ms=parse_rfc3339_ms(g["valid_to"]) if g.get("valid_to") else None,
@@ -154,7 +154,7 @@ def parse_inventory(doc: dict) -> Inventory:
     for i, u in enumerate(unavailable):
         try:
             inv.unavailable.append(Unavailability(str(u["gpu_uuid"]), parse_rfc3339_ms(u["from"]),
-                                                  parse_rfc3339_ms(u["to"]), str(u.get("reason", ""))))
+                                                  parse_rfc3339_ms(u["to"]), str(u.get("reason") or "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise InventoryError(f"unavailable[{i}]: {exc!r}; each entry needs gpu_uuid, from, to") from exc
     _close_superseded(inv)

@@ -50,3 +50,19 @@ def test_inventory_weights_override_the_default():
 def test_bad_profile_names_the_entry():
     with pytest.raises(InventoryError, match=r"gpus\[0\].*'big'"):
         _inventory([_mig("MIG-a", "big", 1)])
+
+
+def test_optional_inventory_fields_may_be_null():
+    from gpuledger.domain.inventory import parse_inventory
+
+    inv = parse_inventory({"gpus": [
+        {"gpu_uuid": "GPU-a", "node": "n", "model": None, "gpu_class": "H100-80GB", "mode": None,
+         "valid_from": "2026-10-01T00:00:00Z", "valid_to": None},
+        {"gpu_uuid": "GPU-b", "node": "n", "model": "NVIDIA H100", "gpu_class": None, "mode": "mig",
+         "valid_from": "2026-10-01T00:00:00Z",
+         "mig_devices": [{"mig_uuid": "MIG-b1", "profile": "3g.40gb", "gpu_instance_id": 1, "compute_instance_id": None}]}],
+        "unavailable": [{"gpu_uuid": "GPU-a", "from": "2026-10-02T00:00:00Z", "to": "2026-10-02T01:00:00Z",
+                         "reason": None}], "mig_profile_weights": None, "vgpu_profile_weights": None})
+    a, b = inv.gpus
+    assert (a.model, a.mode, b.gpu_class) == ("", "exclusive", "NVIDIA H100")
+    assert b.mig_devices[0].compute_instance_id == 0 and inv.unavailable[0].reason == ""
