@@ -173,8 +173,7 @@ class Attributor:
             ended = st.scrape_silent_end(self.dcgm_watermark_ms, self.stale_ceiling_ms)
             if ended is not None:
                 self._end_scrape(node, st, *ended)
-            if st.last_ms is not None:
-                st.stop_if_silent(self.pr_watermark_ms, self.stale_ceiling_ms)
+            st.stop_if_silent(self.pr_watermark_ms, self.stale_ceiling_ms)
             self._finalize_segments(node, st)
             self._attribute_samples(node, st)
         if self.inventory is not None:

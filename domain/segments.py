@@ -52,7 +52,7 @@ class NodeState:
         elif self.open:
             end = self.snapshot_cadence.step(self.last_ms, t_ms, ceiling_ms)
             self._queue(self.last_ms, end, t_ms, self.last_holders, self.last_pos)
-        elif t_ms > self.final_until_ms or self.pending_segments:  # resumed after it stopped: a gap since
+        else:  # resumed after it stopped (or left the inventory): a gap since
             start = self.pending_segments[-1][1] if self.pending_segments else self.final_until_ms
             self._queue(start, start, t_ms, self.last_holders, self.last_pos)
         self.last_ms, self.last_holders, self.last_pos, self.open = t_ms, holders, tuple(pos), True

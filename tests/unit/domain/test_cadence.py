@@ -1,0 +1,37 @@
+"""A sample stands until the next one from its source, within 4 of the source's own recent
+intervals (never over the ceiling); an outage is not learnt as cadence."""
+
+from gpuledger.domain.cadence import Cadence, sample_end_ms
+
+CEILING_MS = 300_000
+
+
+def test_until_the_next_sample_when_it_comes_in_time():
+    c = Cadence()
+    assert c.step(0, 30_000, CEILING_MS) == 30_000  # no cadence yet: the ceiling is the limit
+    assert c.step(30_000, 90_000, CEILING_MS) == 90_000  # a missed scrape: still within 4 x 30 s
+    assert c.intervals_ms == [30_000, 60_000] and c.median_ms() == 60_000  # upper median of two
+    assert c.stale_after_ms(CEILING_MS) == 4 * 60_000
+
+
+def test_a_late_next_sample_leaves_one_cadence_and_a_gap():
+    c = Cadence([30_000] * 5)
+    assert c.stale_after_ms(CEILING_MS) == 120_000
+    assert c.step(0, 121_000, CEILING_MS) == 30_000  # one cadence; the rest is a gap
+    assert c.intervals_ms == [30_000] * 5  # the outage is not learnt
+    assert sample_end_ms(c, 0, None, CEILING_MS) == 30_000  # a source that stopped: one cadence
+
+
+def test_the_ceiling_bounds_slow_sources_and_nothing_is_guessed():
+    c = Cadence([3_600_000] * 3)
+    assert c.stale_after_ms(CEILING_MS) == CEILING_MS
+    assert sample_end_ms(Cadence(), 0, 400_000, CEILING_MS) == 0  # beyond the ceiling, no cadence known: nothing
+
+
+def test_the_median_ignores_one_off_outliers_and_the_window_is_bounded():
+    c = Cadence()
+    t = 0
+    for interval in [10_000] * 20 + [50_000] + [10_000] * 3:
+        c.step(t, t + interval, CEILING_MS)
+        t += interval
+    assert c.median_ms() == 10_000 and len(c.intervals_ms) == 9
