@@ -66,6 +66,7 @@ class Attributor:
         self.vgpu_index: dict[str, str] = {}  # vgpu uuid -> host
         self.guest_pending: list = []  # [t, row, pos, node, end or None] of samples taken inside vGPU guests
         self.guest_wm: dict[str, int] = {}  # vgpu uuid -> latest guest sample time
+        self.guest_open: dict[str, list] = {}  # node -> its latest scrape's guest entries (their end unknown)
         self.k8s_watermark_ms = NEG_INF
         self.pr_watermark_ms = NEG_INF
         self.vgpu_watermark_ms = NEG_INF
@@ -138,7 +139,9 @@ class Attributor:
             row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model,
                    s.per_pod]
             if s.gpu_uuid in self.vgpu_index or s.model.startswith("GRID "):
-                self.guest_pending.append([observed_at_ms, row, at, node, None])
+                entry = [observed_at_ms, row, at, node, None]
+                self.guest_pending.append(entry)
+                self.guest_open.setdefault(node, []).append(entry)
                 self.guest_wm[s.gpu_uuid] = max(self.guest_wm.get(s.gpu_uuid, NEG_INF), observed_at_ms)
                 self.counters.samples += 1
             else:
@@ -157,8 +160,8 @@ class Attributor:
 
     def _end_scrape(self, node: str, st: NodeState, t_ms: int, end_ms: int) -> None:
         st.set_scrape_end(t_ms, end_ms)
-        for guest in self.guest_pending:
-            if guest[3] == node and guest[0] == t_ms:
+        for guest in self.guest_open.pop(node, ()):
+            if guest[0] == t_ms:
                 guest[4] = end_ms
 
     def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int, vgpu_watermark_ms: int = NEG_INF,
@@ -377,6 +380,9 @@ class Attributor:
         att.counters = Counters(**state["counters"])
         att.vgpu_index = dict(state.get("vgpu_index", {}))
         att.guest_pending = [[*g, None][:5] for g in state.get("guest_pending", [])]
+        for g in att.guest_pending:
+            if g[4] is None:
+                att.guest_open.setdefault(g[3], []).append(g)
         att.guest_wm = dict(state.get("guest_wm", {}))
         att.demand_done = set(state.get("demand_done", []))
         att.nodes = {n: node_from(s) for n, s in state["nodes"].items()}
