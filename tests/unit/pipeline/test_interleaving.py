@@ -6,6 +6,7 @@ import random
 from dataclasses import replace
 
 from gpuledger.demo.cluster import write_capture
+from gpuledger.demo.varied import varied_plan, write_varied
 from pipeline import MemoryPipeline, ingest, partitioned
 from plans import sharing_plan, truth_plan
 
@@ -30,8 +31,11 @@ def _interleave(records, rng: random.Random):
 
 
 def test_any_interleaving_and_batching_gives_the_same_facts(tmp_path):
-    for name, plan in (("truth", truth_plan()), ("sharing", sharing_plan())):
-        topics, pub, _ = ingest(write_capture(plan, tmp_path / name))
+    varied = varied_plan(30, 20, jitter=0.2, missing=0.01, hours=2, seed=5)  # split samples, lost ones
+    for name, capture in (("truth", lambda: write_capture(truth_plan(), tmp_path / "truth")),
+                          ("sharing", lambda: write_capture(sharing_plan(), tmp_path / "sharing")),
+                          ("varied", lambda: write_varied(varied, tmp_path / "varied"))):
+        topics, pub, _ = ingest(capture())
         records = partitioned(topics, pub.records)
         runs = []
         for seed, batch in ((1, 500), (2, 37), (3, 4000)):
@@ -39,4 +43,5 @@ def test_any_interleaving_and_batching_gives_the_same_facts(tmp_path):
             mp.extents(records)
             mp.feed(_interleave(records, random.Random(seed)), batch=batch)
             runs.append(_facts(mp.store))
+        assert runs[0]["capacity"] and runs[0]["utilization"], name
         assert runs[0] == runs[1] == runs[2], name
