@@ -85,10 +85,24 @@ class Stack:
                 cols = (f"* REPLACE (replaceOne(src_topic, '{self.prefix}.', '') AS src_topic)" if with_source
                         else "* EXCEPT (src_topic, src_partition, src_offset)")
                 _, rows = store.query(f"SELECT {cols} FROM gpuledger.{table} FINAL ORDER BY fact_id")
+                ids = [r[0] for r in rows]  # FINAL folds a fact id only within a partition: readers could see one twice
+                assert len(ids) == len(set(ids)), f"{table}: {len(ids) - len(set(ids))} fact ids readers see twice"
                 out[table] = rows
-                _, dup = store.query(f"SELECT count() - uniqExact(fact_id) FROM gpuledger.{table} FINAL")
-                assert dup[0][0] == 0
             return out
+        finally:
+            store.close()
+
+    def raw_duplicate_rows(self) -> int:
+        """Rows stored beyond one per fact id, counted before FINAL (and before background
+        merges fold them): what at-least-once delivery wrote twice. Readers see none of them —
+        every query reads FINAL — so this is reported, not an error."""
+        store = ClickHouseStore(self.dsn)
+        try:
+            total = 0
+            for table in ("capacity_facts", "utilization_facts", "request_facts"):
+                _, dup = store.query(f"SELECT count() - uniqExact(fact_id) FROM gpuledger.{table}")
+                total += int(dup[0][0])
+            return total
         finally:
             store.close()
 

@@ -13,7 +13,7 @@ TRIALS: list[dict] = []
 def pytest_terminal_summary(terminalreporter):
     if not TRIALS:
         return
-    cols = ["trial", "fault", "at", "outcome", "facts", "lost", "duplicated", "seconds"]
+    cols = ["trial", "fault", "at", "outcome", "facts", "lost", "duplicated", "raw_dup_rows", "seconds"]
     rows = [[str(t.get(c, "")) for c in cols] for t in TRIALS]
     widths = [max(len(r[i]) for r in [cols, *rows]) for i in range(len(cols))]
     terminalreporter.section("fault trials")
