@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 KAFKA_LIBS := .cache/kafka-3.9.2/libs
 export GPULEDGER_KAFKA_LIBS ?= $(CURDIR)/$(KAFKA_LIBS)
 
-.PHONY: setup demo test unit integration faults bench stack-up stack-down kafka-jars tools test-clickhouse-server clean
+.PHONY: setup demo test unit integration faults bench bench-fleet stack-up stack-down kafka-jars tools test-clickhouse-server clean
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -63,6 +63,13 @@ faults: setup
 
 bench: setup
 	$(BIN)/python -m gpuledger.bench
+
+# A generated fleet (nodes of 8 H100s, 10-s scrapes) through the raw loop and 1 and 2 workers;
+# FLEET_GPUS=1024 FLEET_HOURS=24 is the acceptance size (about an hour per worker run here).
+FLEET_GPUS ?= 1024
+FLEET_HOURS ?= 1
+bench-fleet: setup
+	$(BIN)/python -m gpuledger.bench.fleet --gpus $(FLEET_GPUS) --hours $(FLEET_HOURS) --cadence-s 10 --workers 1,2
 
 stack-up: setup
 	$(BIN)/gpuledger stack up

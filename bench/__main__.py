@@ -29,7 +29,7 @@ from gpuledger.demo.plan import demo_plan
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.schemas import Codec
 from gpuledger.sinks.clickhouse import ClickHouseStore
-from gpuledger.streams.topics import Topics
+from gpuledger.bus.topics import Topics
 
 
 def log(message: str) -> None:

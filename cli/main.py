@@ -48,7 +48,7 @@ def period_bounds(period: str) -> tuple[int, int]:
 # -- commands -------------------------------------------------------------------------
 def cmd_stack(s: Settings, args) -> int:
     from gpuledger.stack import KafkaBroker
-    from gpuledger.streams.topics import ensure_topics, topics_for
+    from gpuledger.bus.topics import ensure_topics, topics_for
 
     broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts)
     if args.action == "down":
@@ -72,8 +72,8 @@ def cmd_stack(s: Settings, args) -> int:
 
 def cmd_ingest(s: Settings, args) -> int:
     from gpuledger.producers.capture import ingest_capture
-    from gpuledger.producers.kafka import KafkaPublisher
-    from gpuledger.streams.topics import ensure_topics, topics_for
+    from gpuledger.bus.publisher import KafkaPublisher
+    from gpuledger.bus.topics import ensure_topics, topics_for
 
     topics = topics_for(s)
     ensure_topics(s.kafka_bootstrap, topics)
@@ -86,8 +86,8 @@ def cmd_ingest(s: Settings, args) -> int:
 def cmd_load(s: Settings, args) -> int:
     from gpuledger.domain.timeutil import format_rfc3339
     from gpuledger.producers.capture import load_reference
-    from gpuledger.producers.kafka import KafkaPublisher
-    from gpuledger.streams.topics import ensure_topics, topics_for
+    from gpuledger.bus.publisher import KafkaPublisher
+    from gpuledger.bus.topics import ensure_topics, topics_for
 
     topics = topics_for(s)
     ensure_topics(s.kafka_bootstrap, topics)
@@ -98,9 +98,57 @@ def cmd_load(s: Settings, args) -> int:
 
 
 def cmd_process(s: Settings, args) -> int:
-    from gpuledger.streams.worker import run_process
+    from gpuledger.streams.supervisor import run_process
 
-    return run_process(s, args.until_caught_up, progress, _wall_ms)
+    return run_process(s, args.until_caught_up, s.workers if args.workers is None else args.workers, progress,
+                       _wall_ms)
+
+
+def cmd_worker(s: Settings, args) -> int:
+    import signal
+
+    from gpuledger.streams.runtime import WorkerJob, run_worker
+    from gpuledger.bus.topics import ensure_topics, topics_for
+
+    topics = topics_for(s)
+    group = f"{s.topic_prefix}-process"
+    stop_offsets = None
+    if args.job:
+        topics, group = topics.job(args.job), f"{s.topic_prefix}-job-{args.job}"
+        if args.stop_offsets:
+            stop_offsets = orjson.loads(Path(args.stop_offsets).read_bytes())
+    ensure_topics(s.kafka_bootstrap, topics)
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(1))
+    job = WorkerJob(topics, group, args.until_caught_up, stop_offsets)
+    try:
+        return run_worker(s, job, progress, _wall_ms, lambda: bool(stopping))
+    finally:  # done and committed: a SIGTERM arriving while Python shuts down must not turn exit 0 into -15
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def cmd_sink(s: Settings, args) -> int:
+    import signal
+    import threading
+
+    from gpuledger.sinks.clickhouse import ClickHouseStore
+    from gpuledger.streams.supervisor import run_sink
+    from gpuledger.bus.topics import ensure_topics, topics_for
+
+    topics = topics_for(s)
+    ensure_topics(s.kafka_bootstrap, topics)
+    store = ClickHouseStore(s.effective_dsn())
+    store.ensure_schema()
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(1))
+    try:
+        return run_sink(s, topics, store, f"{s.topic_prefix}-sink", progress, _wall_ms, lambda: bool(stopping),
+                        threading.Lock(), None, False)
+    finally:
+        store.close()
 
 
 def _window(args) -> tuple[int, int]:
@@ -168,13 +216,13 @@ def cmd_close(s: Settings, args) -> int:
     from gpuledger.domain.ledger import ClosePolicy
     from gpuledger.ledger.close import close_period
     from gpuledger.sinks.ledger_store import ClickHouseLedger
-    from gpuledger.streams.processor import PROCESSOR_NAME
+    from gpuledger.sinks.progress import job_checkpoint
 
     period = _period(args)
     store = _ledger_engine(s)
     policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio, s.close_max_unpriced_gpu_hours,
                          s.close_max_outside_inventory_gpu_hours)
-    result = close_period(store, ClickHouseLedger(store), store.load_checkpoint(PROCESSOR_NAME), period, policy,
+    result = close_period(store, ClickHouseLedger(store), job_checkpoint(store), period, policy,
                           _wall_ms(), progress)
     if result.already_closed:
         progress(f"close {period}: already closed; the ledger is unchanged")
@@ -235,7 +283,7 @@ def cmd_replay(s: Settings, args) -> int:
     period = _period(args)
     store = _ledger_engine(s)
     try:
-        result = replay_period(s, store, period, args.into, args.at_close, progress)
+        result = replay_period(s, store, period, args.into, args.at_close, progress, processes=args.processes)
     except ReplayError as exc:
         raise UsageError(f"--into {exc}") from exc
     closed = ClickHouseLedger(store).get(period)
@@ -307,7 +355,16 @@ def build_parser() -> argparse.ArgumentParser:
     ld.set_defaults(func=cmd_load)
     pr = sub.add_parser("process", help="run the stream processors and sinks")
     pr.add_argument("--until-caught-up", action="store_true", help="exit 0 once all input up to now is in ClickHouse")
+    pr.add_argument("--workers", type=int, help="attribution workers to run (default GPULEDGER_WORKERS, 1; 0: the sink alone, "
+                    "with workers run apart as `gpuledger worker`)")
     pr.set_defaults(func=cmd_process)
+    wk = sub.add_parser("worker", help="one attribution worker of the consumer group (facts to the fact topics)")
+    wk.add_argument("--until-caught-up", action="store_true", help="exit 0 once every source partition is read")
+    wk.add_argument("--job", help="a replay job's name: its own group, fact and state topics")
+    wk.add_argument("--stop-offsets", help="JSON file: topic:partition -> offset to stop before (with --job)")
+    wk.set_defaults(func=cmd_worker)
+    sk = sub.add_parser("sink", help="write the fact topics into ClickHouse (a ClickHouse server: run several)")
+    sk.set_defaults(func=cmd_sink)
     sb = sub.add_parser("showback", help="real-time (provisional) showback from ClickHouse")
     sb.add_argument("--period")
     sb.add_argument("--from", dest="from_")
@@ -337,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--period", required=True, help="YYYY-MM")
     rp.add_argument("--into", required=True, help="name of the shadow database")
     rp.add_argument("--at-close", action="store_true", help="stop where the closed ledger's sources stopped")
+    rp.add_argument("--processes", type=int, default=1, help="replay workers, each over a disjoint set of units")
     rp.set_defaults(func=cmd_replay)
     df = sub.add_parser("diff", help="a replay against the closed ledger plus its corrections (exit 1 if different)")
     df.add_argument("--period", required=True, help="YYYY-MM")

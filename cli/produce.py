@@ -144,7 +144,7 @@ def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_pro
     from prometheus_client import CollectorRegistry
 
     from gpuledger.producers.runtime import ProducerMetrics
-    from gpuledger.streams.topics import topics_for
+    from gpuledger.bus.topics import topics_for
 
     node = s.node_name or socket.gethostname()
     registry = CollectorRegistry()
@@ -193,9 +193,9 @@ def _deadline(args, s: Settings):
 
 
 def cmd_produce(s: Settings, args) -> int:
-    from gpuledger.producers.kafka import KafkaPublisher
+    from gpuledger.bus.publisher import KafkaPublisher
     from gpuledger.producers.lines import CaptureSink, PublishSink, TeeSink
-    from gpuledger.streams.topics import ensure_topics, topics_for
+    from gpuledger.bus.topics import ensure_topics, topics_for
 
     if not s.cluster_id:
         raise UsageError("set the cluster: --cluster ID or GPULEDGER_CLUSTER_ID")

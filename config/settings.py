@@ -39,7 +39,19 @@ class Settings(BaseSettings):
         "more than this ahead of their ingested_at.")
     batch_max_records: int = Field(2000, ge=1, description="Records per processing batch (write, then commit).")
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
-    checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between processor checkpoints (0 = every batch).")
+    checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between a worker's commits: facts flushed, "
+                                         "state snapshots written, then source offsets committed (0 = every batch).")
+    workers: int = Field(1, ge=1, description="Attribution workers `gpuledger process` runs (one consumer group).")
+    allowed_lateness_s: float = Field(
+        3600.0, ge=0, description="How late (event time) a PodResources snapshot may still fill a gap in evidence; "
+        "ownership history older than this plus the grace is pruned from memory (its facts are written).")
+    read_ahead_s: float = Field(
+        300.0, gt=0, description="Event-time lead a source partition may take over the slowest one before it is "
+        "paused (reading is paced across topics, so memory does not depend on fetch order).")
+    sink_batch_records: int = Field(50_000, ge=1, description="Fact records the sink writes to ClickHouse per batch.")
+    sink_metrics_port: int = Field(
+        -1, ge=-1, description="Port of the sink's Prometheus /metrics: store errors, refused rows (0 = any free port, "
+        "-1 = off).")
     query_port: int = Field(0, ge=0, description="Port of the worker's query endpoint (0 = any free port).")
     worker_metrics_port: int = Field(
         -1, ge=-1, description="Port of the `process` worker's Prometheus /metrics (0 = any free port, -1 = off).")
@@ -64,7 +76,7 @@ class Settings(BaseSettings):
     node_name: str = Field("", description="Node a node producer runs on (PodResources, DCGM); default: the host name.")
     scrape_interval_s: float = Field(10.0, gt=0, description="Seconds between polls of PodResources, DCGM, vGPU and vLLM.")
     producer_metrics_port: int = Field(-1, ge=-1, description="Port of a producer's /metrics (0 = any free port, -1 = off).")
-    metrics_addr: str = Field("0.0.0.0", description="Address a producer's /metrics listens on (127.0.0.1 = this host only).")
+    metrics_addr: str = Field("0.0.0.0", description="Address the /metrics of a producer, worker or sink listens on (127.0.0.1 = this host only).")
     kube_api_url: str = Field("", description="Kubernetes API server URL; empty = kubeconfig, then in-cluster config.")
     kubeconfig: Path | None = Field(None, description="kubeconfig file for the Kubernetes watch (default ~/.kube/config).")
     watch_timeout_s: int = Field(300, ge=1, description="Seconds one watch request stays open before it is renewed.")

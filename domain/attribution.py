@@ -22,16 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.domain.capacity import Piece, segment_facts
-from gpuledger.domain.dcgm import DeviceSample, parse_exposition
+from gpuledger.domain.capacity import segment_facts
+from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.podresources import device_holders
 from gpuledger.domain.requests import RequestFact, request_fact
+from gpuledger.domain.samples import SampleAttribution
 from gpuledger.domain.segments import NEG_INF, NodeState, node_from, node_state
-from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_fact
 from gpuledger.domain.vgpu import vgpu_holders, vgpu_segment_facts
 
 __all__ = ["NEG_INF", "Attributor", "Counters"]
@@ -51,15 +51,23 @@ class Counters:
     capacity_facts: int = 0
 
 
-class Attributor:
+class Attributor(SampleAttribution):
     """Folds source records into ownership and emits deterministic facts."""
 
-    def __init__(self, cluster_id: str, stale_ceiling_ms: int, node_grace_ms: int) -> None:
+    def __init__(self, cluster_id: str, stale_ceiling_ms: int, node_grace_ms: int,
+                 shared: Attributor | None = None, emit_demand: bool = True, lateness_ms: int = 3_600_000) -> None:
+        """``shared``: the cluster's broadcast attributor (the watch, the inventory, every vGPU
+        host); this one then folds only its own partition's nodes and hosts, and attributes
+        guest samples against the shared hosts. ``emit_demand``: this one turns the book's
+        pending MIG pods into demand facts (one attributor per cluster does)."""
         self.cluster_id = cluster_id
         self.stale_ceiling_ms = stale_ceiling_ms
         self.node_grace_ms = node_grace_ms
-        self.book = OwnershipBook()
-        self.inventory: Inventory | None = None
+        self.lateness_ms = lateness_ms
+        self.shared = shared
+        self.emit_demand = emit_demand
+        self._book = OwnershipBook()
+        self._inventory: Inventory | None = None
         self.inventory_doc: dict | None = None
         self.nodes: dict[str, NodeState] = {}
         self.vgpu_hosts: dict[str, NodeState] = {}
@@ -78,9 +86,22 @@ class Attributor:
         self._demand_out: list = []
         self.demand_done: set[str] = set()  # pods whose MIG wait is already a fact
 
+    @property
+    def book(self) -> OwnershipBook:
+        return self.shared._book if self.shared is not None else self._book
+
+    @property
+    def inventory(self) -> Inventory | None:
+        return self.shared._inventory if self.shared is not None else self._inventory
+
+    @property
+    def guest_source(self) -> Attributor:
+        """Where guest samples find their vGPU hosts: the shared attributor, or this one."""
+        return self.shared if self.shared is not None else self
+
     # -- inputs ------------------------------------------------------------------
     def apply_inventory(self, doc: dict) -> None:
-        self.inventory = parse_inventory(doc)
+        self._inventory = parse_inventory(doc)
         self.inventory_doc = doc
 
     def apply_watch(self, event_type: str, obj: dict, observed_at_ms: int) -> str:
@@ -138,7 +159,7 @@ class Attributor:
         for s in parsed.samples:
             row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model,
                    s.per_pod]
-            if s.gpu_uuid in self.vgpu_index or s.model.startswith("GRID "):
+            if s.model.startswith("GRID ") or s.gpu_uuid in self.guest_source.vgpu_index:
                 entry = [observed_at_ms, row, at, node, None]
                 self.guest_pending.append(entry)
                 self.guest_open.setdefault(node, []).append(entry)
@@ -166,10 +187,10 @@ class Attributor:
 
     def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int, vgpu_watermark_ms: int = NEG_INF,
                 dcgm_watermark_ms: int = NEG_INF) -> None:
-        """Move the watermarks forward (never back) and emit whatever became final."""
+        """Move the watermarks forward (never back) and emit whatever became final. Guest
+        samples wait for the shared attributor's vGPU watermark when there is one."""
         self.k8s_watermark_ms = max(self.k8s_watermark_ms, k8s_watermark_ms)
         self.pr_watermark_ms = max(self.pr_watermark_ms, podresources_watermark_ms)
-        self.vgpu_watermark_ms = max(self.vgpu_watermark_ms, vgpu_watermark_ms)
         self.dcgm_watermark_ms = max(self.dcgm_watermark_ms, dcgm_watermark_ms)
         for node in sorted(self.nodes):
             st = self.nodes[node]
@@ -179,13 +200,21 @@ class Attributor:
             st.stop_if_silent(self.pr_watermark_ms, self.stale_ceiling_ms)
             self._finalize_segments(node, st)
             self._attribute_samples(node, st)
+        self.advance_vgpu(vgpu_watermark_ms)
+        self._attribute_guest_samples()
+        if self.emit_demand:
+            self._demand_out += closed_demand(self.book, self.cluster_id, self.k8s_watermark_ms, self.demand_done)
+
+    def advance_vgpu(self, vgpu_watermark_ms: int) -> None:
+        """Close and emit what this attributor's vGPU hosts' snapshots made final."""
+        self.vgpu_watermark_ms = max(self.vgpu_watermark_ms, vgpu_watermark_ms)
         if self.inventory is not None:
             for host in sorted(self.vgpu_hosts):
                 st = self.vgpu_hosts[host]
                 st.stop_if_silent(self.vgpu_watermark_ms, self.stale_ceiling_ms)
                 self._finalize_vgpu(host, st)
-        self._attribute_guest_samples()
-        self._demand_out += closed_demand(self.book, self.cluster_id, self.k8s_watermark_ms, self.demand_done)
+                if self.shared is not None:
+                    st.pieces.clear()  # guests are attributed against the shared hosts' pieces
 
     def apply_request(self, record: dict, pos: SourcePos) -> None:
         """A finished request is a fact at once: it names its tenant itself."""
@@ -255,111 +284,13 @@ class Attributor:
                 return True
         return False
 
-    def _attribute_guest_samples(self) -> None:
-        keep = []
-        for scrape in self.guest_pending:
-            t, row, pos, node, end = scrape
-            host = self.vgpu_index.get(row[0])
-            st = self.vgpu_hosts.get(host) if host else None
-            if end is not None and st is not None and st.first_snapshot_ms is not None \
-                    and st.first_snapshot_ms <= t and self._known(st, t, end):
-                pieces = {row[0]: st.pieces.get(row[0], [])}
-                covered = overlapping(pieces[row[0]], t, end)
-                why = "" if covered else ("no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
-                                          else f"vGPU {row[0]} not in the snapshot covering this sample")
-                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos),
-                                   [(row[0], lookup(pieces[row[0]], t), why)], "", pieces)
-            elif end is not None and t + self.node_grace_ms <= self.vgpu_watermark_ms and (
-                    st is None or st.last_ms is None or t >= st.last_ms):
-                why = f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace"
-                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos), [(row[0], None, why)], "", {})
-            else:
-                keep.append(scrape)
-        self.guest_pending = keep
-        waiting = {p[1][0] for p in keep}
-        for st in self.vgpu_hosts.values():
-            for device, pieces in st.pieces.items():
-                if device in waiting:
-                    continue
-                _drop_before(pieces, self.guest_wm.get(device, NEG_INF) - self.node_grace_ms)
-
-    @staticmethod
-    def _known(st: NodeState, t: int, end: int) -> bool:
-        """Are the segments under ``[t, end)`` final? Past a node whose snapshots stopped (or
-        left the inventory) nothing more will come for that time."""
-        if end <= st.final_until_ms:
-            return True
-        return not st.open and not st.pending_segments and t < st.final_until_ms
-
-    # -- utilization ---------------------------------------------------------------
-    def _attribute_samples(self, node: str, st: NodeState) -> None:
-        keep = []
-        grace = max(self.node_grace_ms, st.snapshot_cadence.stale_after_ms(self.stale_ceiling_ms)
-                    if st.snapshot_cadence.intervals_ms else 0)
-        for scrape in st.pending_scrapes:
-            t, end = scrape[0], scrape[3]
-            if end is None:
-                keep.append(scrape)
-                continue
-            if st.first_snapshot_ms is not None and t < st.first_snapshot_ms and t < st.final_until_ms:
-                reason = f"before the first PodResources snapshot of {node}"
-            elif st.first_snapshot_ms is not None and self._known(st, t, end):
-                reason = ""
-            elif t + grace <= self.pr_watermark_ms and (st.last_ms is None or t >= st.last_ms):
-                reason = f"no PodResources snapshot of {node} within {grace // 1000}s grace"
-            else:
-                keep.append(scrape)
-                continue
-            for row in scrape[1]:
-                self._emit_sample(node, st, t, end, DeviceSample(*row), SourcePos(*scrape[2]), reason)
-        st.pending_scrapes = keep
-        self._prune(st)
-
-    def _emit_sample(self, node: str, st: NodeState, t: int, end: int, s: DeviceSample, pos: SourcePos,
-                     reason: str) -> None:
-        targets = ([(s.gpu_uuid, None, reason)] if reason or self.inventory is None
-                   else sample_targets(self.inventory, st.pieces, node, t, s))
-        gap = "no PodResources evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps) else ""
-        self._emit_targets(node, t, end, s, pos, targets, gap, {} if reason else st.pieces)
-
-    def _emit_targets(self, node: str, t: int, end: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str,
-                      pieces: dict[str, list[Piece]]) -> None:
-        """One fact per capacity fact the sample's ``[t, end)`` overlaps (span = the overlap);
-        one unattributed fact over all of it where none does."""
-        per_pod = {(ns, pod): v for ns, pod, v in s.per_pod}
-        held = {}
-        for _, piece, _ in targets:
-            if piece is not None and piece.pod_uid:
-                held[piece.pod_uid] = held.get(piece.pod_uid, 0) + 1
-        for device, at_t, why in targets:
-            parts = [(max(t, p.start_ms), min(end, p.end_ms), p) for p in overlapping(pieces.get(device, ()), t, end)
-                     ] if why == "" else []
-            if not parts:
-                parts = [(t, end, at_t)]
-            for i, (a, b, piece) in enumerate(parts):
-                fact = utilization_fact(self.cluster_id, node, t, s, pos, device, a, b, piece,
-                                        why if why or piece is not None else gap_reason,
-                                        per_pod, held, len(targets))
-                self._util_out.append(fact)
-                if i == 0:  # each sample of each unit counts once, as what covers its start
-                    if fact.confidence == "unattributed":
-                        self.counters.samples_unattributed += 1
-                    else:
-                        self.counters.samples_attributed += 1
-
-    def _prune(self, st: NodeState) -> None:
-        """Forget pieces no sample can still need: a node's scrapes arrive in order, so pieces
-        ending a grace period before the oldest scrape still to come are done with."""
-        oldest = min((s[0] for s in st.pending_scrapes), default=st.dcgm_wm_ms)
-        horizon = min(oldest, st.dcgm_wm_ms) - self.node_grace_ms
-        for pieces in st.pieces.values():
-            _drop_before(pieces, horizon)
-        st.gaps = [g for g in st.gaps if g[1] >= horizon]
-
     # -- checkpoint state ------------------------------------------------------------
     def to_state(self) -> dict:
+        """Everything this attributor owns (not the shared attributor's book and hosts)."""
+        own = self.shared is None
         return {
-            "cluster_id": self.cluster_id, "book": self.book.to_state(), "inventory": self.inventory_doc,
+            "cluster_id": self.cluster_id, "book": self._book.to_state() if own else None,
+            "inventory": self.inventory_doc if own else None,
             "k8s_wm": self.k8s_watermark_ms, "pr_wm": self.pr_watermark_ms, "vgpu_wm": self.vgpu_watermark_ms,
             "dcgm_wm": self.dcgm_watermark_ms, "counters": vars(self.counters),
             "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
@@ -369,9 +300,11 @@ class Attributor:
         }
 
     @classmethod
-    def from_state(cls, state: dict, stale_ceiling_ms: int, node_grace_ms: int) -> Attributor:
-        att = cls(state["cluster_id"], stale_ceiling_ms, node_grace_ms)
-        att.book = OwnershipBook.from_state(state["book"])
+    def from_state(cls, state: dict, stale_ceiling_ms: int, node_grace_ms: int, shared: Attributor | None = None,
+                   emit_demand: bool = True, lateness_ms: int = 3_600_000) -> Attributor:
+        att = cls(state["cluster_id"], stale_ceiling_ms, node_grace_ms, shared, emit_demand, lateness_ms)
+        if state.get("book") is not None:
+            att._book = OwnershipBook.from_state(state["book"])
         if state.get("inventory") is not None:
             att.apply_inventory(state["inventory"])
         att.k8s_watermark_ms, att.pr_watermark_ms = state["k8s_wm"], state["pr_wm"]
@@ -388,11 +321,3 @@ class Attributor:
         att.nodes = {n: node_from(s) for n, s in state["nodes"].items()}
         att.vgpu_hosts = {h: node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att
-
-
-def _drop_before(pieces: list[Piece], horizon_ms: int) -> None:
-    """Drop the pieces (sorted by start) that end before the horizon."""
-    drop = 0
-    while drop < len(pieces) and pieces[drop].end_ms < horizon_ms:
-        drop += 1
-    del pieces[:drop]

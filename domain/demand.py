@@ -1,7 +1,13 @@
 """Waiting demand for MIG profiles: a pod that asked for ``nvidia.com/mig-<profile>`` and
 waited ``[created, running or deleted)``. Set against free MIG capacity, it shows capacity
 that could not host the profile asked for (fragmentation). A wait becomes a fact once it
-has ended and the watch stream has passed its end."""
+has ended and the watch stream has passed its end.
+
+``done`` holds the pods whose wait is already a fact. ``prune_done`` keeps it to the pods
+still in the book: run it after ``OwnershipBook.prune``. A pod the book forgot is never
+folded again (the book ignores its late events), so it cannot come back to be emitted; a
+pod still in the book stays in ``done``. Prune the book only up to a watermark
+``closed_demand`` has already run with, so every pod it forgets had its wait emitted."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from dataclasses import dataclass
 from gpuledger.domain.facts import fact_id
 from gpuledger.domain.k8s import OwnershipBook
 
-__all__ = ["DemandFact", "closed_demand"]
+__all__ = ["DemandFact", "closed_demand", "prune_done"]
 
 
 @dataclass(frozen=True)
@@ -46,3 +52,10 @@ def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, d
                                       ns.tenant_id if ns else "", pod.namespace, pod.name, pod.uid, profile, n,
                                       pod.start_ms, until, outcome))
     return out
+
+
+def prune_done(done: set[str], book: OwnershipBook) -> int:
+    """Drop from ``done`` (in place) the pods no longer in ``book``; returns how many."""
+    gone = [uid for uid in done if uid not in book.pods]
+    done.difference_update(gone)
+    return len(gone)

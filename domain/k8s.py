@@ -4,6 +4,18 @@ Pods are keyed by UID, namespaces by UID; names are labels resolved *as of* an i
 Each namespace version is ``[from_ms, to_ms)`` with the tenant labels it carried then; a
 label change closes one version and opens the next. Events may arrive out of order across
 objects (different partitions), so every change is applied to the object's own versions.
+
+``prune(before_ms)`` forgets what ended before ``before_ms`` (a worker passes its watch
+watermark less its late-data horizon), so the book holds what is live plus the horizon, not
+every pod ever seen. A forgotten pod or namespace must not come back when an event for it
+arrives later: the producer sends lines again after a restart (at least once), a relist
+re-sends terminal pods, and a terminal pod is DELETED when it is garbage-collected, hours
+after its end. The book therefore ignores an event for an object it does not know when the
+object was created before the prune point and not before the first event the book saw
+(``origin_ms``): such an object is either one it forgot or one whose events came later than
+the horizon allows. Objects created before ``origin_ms`` (those listed when the book
+started) are remembered by UID instead once forgotten (``pod_tombstones`` and
+``namespace_tombstones``: a set bounded by what existed when the book started).
 """
 
 from __future__ import annotations
@@ -64,6 +76,10 @@ class OwnershipBook:
     namespaces: dict[str, list[NamespaceVersion]] = field(default_factory=dict)  # by name
     pods: dict[str, PodLife] = field(default_factory=dict)  # by uid
     pods_by_name: dict[str, list[str]] = field(default_factory=dict)  # "ns/name" -> uids
+    origin_ms: int | None = None  # earliest observed_at of the Pod/Namespace events folded
+    pruned_before_ms: int | None = None  # the latest prune point: what ended before it is forgotten
+    pod_tombstones: set[str] = field(default_factory=set)  # forgotten pods created before origin_ms
+    namespace_tombstones: set[str] = field(default_factory=set)  # likewise, namespace UIDs
 
     # -- the fold ------------------------------------------------------------
     def apply(self, event_type: str, obj: dict, observed_at_ms: int) -> str:
@@ -82,16 +98,32 @@ class OwnershipBook:
             raise WatchError(f"{kind or 'object'} without metadata.uid/name")
         if kind == "Namespace":
             self._apply_namespace(event_type, uid, name, meta, observed_at_ms)
+            self._seen(observed_at_ms)
             return "namespace"
         if kind == "Pod":
             self._apply_pod(event_type, uid, name, meta, obj, observed_at_ms)
+            self._seen(observed_at_ms)
             return "pod"
         raise WatchError(f"unsupported kind {kind!r} (expected Pod or Namespace)")
+
+    def _seen(self, t_ms: int) -> None:
+        self.origin_ms = t_ms if self.origin_ms is None else min(self.origin_ms, t_ms)
+
+    def _forgotten(self, uid: str, tombstones: set[str], created_ms: int) -> bool:
+        """Is an object the book does not know one that ``prune`` forgot (see the module doc)?"""
+        if uid in tombstones:
+            return True
+        return (self.pruned_before_ms is not None and self.origin_ms is not None
+                and self.origin_ms <= created_ms < self.pruned_before_ms)
 
     def _apply_namespace(self, event_type: str, uid: str, name: str, meta: dict, t_ms: int) -> None:
         versions = self.namespaces.setdefault(name, [])
         mine = [v for v in versions if v.uid == uid]
         last = max(mine, key=lambda v: v.from_ms) if mine else None
+        if last is None and self._forgotten(uid, self.namespace_tombstones, _created_ms(meta, t_ms)):
+            if not versions:
+                del self.namespaces[name]
+            return
         if event_type == "DELETED":
             if last is not None and (last.to_ms is None or last.to_ms > t_ms):
                 last.to_ms = max(t_ms, last.from_ms)
@@ -113,6 +145,8 @@ class OwnershipBook:
     def _apply_pod(self, event_type: str, uid: str, name: str, meta: dict, obj: dict, t_ms: int) -> None:
         namespace = meta.get("namespace") or ""
         life = self.pods.get(uid)
+        if life is None and self._forgotten(uid, self.pod_tombstones, _created_ms(meta, t_ms)):
+            return
         if life is None:
             labels = meta.get("labels") or {}
             life = PodLife(uid, namespace, name, (obj.get("spec") or {}).get("nodeName") or "",
@@ -154,14 +188,77 @@ class OwnershipBook:
                     cuts.add(edge)
         return sorted(cuts)
 
+    # -- pruning -------------------------------------------------------------
+    def prune(self, before_ms: int) -> int:
+        """Forget what ended before ``before_ms``; returns how many pods and namespace
+        versions were dropped.
+
+        Dropped: pods whose life ended (DELETED or a terminal phase, ``end_ms``) before
+        ``before_ms``, with their ``pods_by_name`` entries; namespace versions that ended
+        before it, except the version a kept pod started under and the latest version of a
+        namespace UID any of whose versions is kept (an open version, a namespace that still
+        exists, is never dropped). Unchanged, for every ``t >= before_ms``: ``pod_at(ns, name,
+        t)``, ``namespace_at(name, t)`` and ``namespace_changes(name, from_ms, to_ms)`` with
+        ``from_ms >= before_ms``; and ``namespace_at(p.namespace, p.start_ms)`` for every pod
+        ``p`` kept (what ``closed_demand`` asks). Events folded afterwards change the book as
+        they would have without pruning, as far as those lookups show, provided they respect
+        the horizon (the module doc says which are ignored). Lookups before ``before_ms`` may
+        answer differently: pass a point no fact still to be made looks up before."""
+        self.pruned_before_ms = before_ms if self.pruned_before_ms is None else max(self.pruned_before_ms, before_ms)
+        origin = self.origin_ms
+        dropped = 0
+        for uid in [u for u, p in self.pods.items() if p.end_ms is not None and p.end_ms < before_ms]:
+            life = self.pods.pop(uid)
+            key = f"{life.namespace}/{life.name}"
+            rest = [u for u in self.pods_by_name.get(key, ()) if u != uid]
+            if rest:
+                self.pods_by_name[key] = rest
+            else:
+                self.pods_by_name.pop(key, None)
+            if origin is None or life.start_ms < origin:
+                self.pod_tombstones.add(uid)
+            dropped += 1
+        pinned = set()  # the versions kept pods started under (by identity)
+        for life in self.pods.values():
+            v = self.namespace_at(life.namespace, life.start_ms)
+            if v is not None:
+                pinned.add(id(v))
+        for name in list(self.namespaces):
+            versions = self.namespaces[name]
+            keep = [v for v in versions if v.to_ms is None or v.to_ms >= before_ms or id(v) in pinned]
+            uids = {v.uid for v in keep}
+            for uid in uids:  # the fold reads a UID's latest version: it stays while any of that UID does
+                latest = max((v for v in versions if v.uid == uid), key=lambda v: v.from_ms)
+                if all(v is not latest for v in keep):
+                    keep.append(latest)
+            kept = {id(v) for v in keep}
+            for v in versions:
+                if id(v) not in kept and (origin is None or v.from_ms < origin):
+                    self.namespace_tombstones.add(v.uid)
+            dropped += len(versions) - len(keep)
+            if keep:
+                self.namespaces[name] = [v for v in versions if id(v) in kept]  # in their order
+            else:
+                del self.namespaces[name]
+        return dropped
+
     # -- state ---------------------------------------------------------------
     def to_state(self) -> dict:
-        return {
+        state = {
             "namespaces": [[v.uid, v.name, v.from_ms, v.to_ms, v.tenant_id, v.project_id, v.cost_center]
                            for vs in self.namespaces.values() for v in vs],
             "pods": [[p.uid, p.namespace, p.name, p.node, p.start_ms, p.end_ms, p.endpoint_id, p.running_ms,
                       p.mig_requests] for p in self.pods.values()],
         }
+        if self.origin_ms is not None:
+            state["origin_ms"] = self.origin_ms
+        if self.pruned_before_ms is not None:
+            state["pruned_before_ms"] = self.pruned_before_ms
+        if self.pod_tombstones:
+            state["pod_tombstones"] = sorted(self.pod_tombstones)
+        if self.namespace_tombstones:
+            state["namespace_tombstones"] = sorted(self.namespace_tombstones)
+        return state
 
     @classmethod
     def from_state(cls, state: dict) -> OwnershipBook:
@@ -175,6 +272,10 @@ class OwnershipBook:
             p = PodLife(*row)
             book.pods[p.uid] = p
             book.pods_by_name.setdefault(f"{p.namespace}/{p.name}", []).append(p.uid)
+        book.origin_ms = state.get("origin_ms")
+        book.pruned_before_ms = state.get("pruned_before_ms")
+        book.pod_tombstones = set(state.get("pod_tombstones", ()))
+        book.namespace_tombstones = set(state.get("namespace_tombstones", ()))
         return book
 
 

@@ -33,7 +33,7 @@ from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.producers.base import Publisher
 from gpuledger.producers.capture_lines import DcgmLine, Line, PodResourcesLine, RequestLine, VgpuLine, WatchLine
 from gpuledger.schemas import Codec, CodecError
-from gpuledger.streams.topics import Topics
+from gpuledger.bus.topics import Topics
 
 __all__ = ["CAPTURE_FORMAT", "LINE_FILES", "CaptureError", "IngestSummary", "LinePublisher", "ingest_capture"]
 
@@ -102,7 +102,7 @@ class _Ingest:
         self.wall_ms, self.progress, self.max_future_ms = wall_ms, progress, max_future_ms
         self.summary = IngestSummary()
         self.last_watch_ms: int | None = None
-        self.codecs = {t.schema: Codec(t.schema) for t in topics.all()}
+        self.codecs = {t.schema: Codec(t.schema) for t in topics.all() if t.schema}
 
     def publish(self, where: str, records: list[tuple], raw: bytes) -> bool:
         """Encode ``records`` ((spec, key, record, ts_ms, partition) each) and publish them all,

@@ -27,7 +27,7 @@ import orjson
 
 from gpuledger.producers.base import Publisher
 from gpuledger.producers.capture import CAPTURE_FORMAT, DEFAULT_MAX_FUTURE_MS, LINE_FILES, LinePublisher
-from gpuledger.streams.topics import Topics
+from gpuledger.bus.topics import Topics
 
 __all__ = ["CaptureSink", "LineSink", "MemorySink", "PublishSink", "TeeSink"]
 

@@ -2,30 +2,37 @@
 
 The topics are the system of record and are kept for the audit horizon, so the look-back
 that tells who owned what when the period began is simply the start of retention: the
-replay reads every processed topic from its first offset, through the same ``Processor``
-as ``gpuledger process``, into the database NAME of the same engine, then builds the
-period's ledger document there (stored in NAME's ``ledger_documents``). ``--at-close``
-stops every partition where the closed ledger's sources stopped, so the document must come
-out byte-for-byte the same (same hash); without it the replay reads everything there is
-now, and ``gpuledger diff`` shows what later evidence changed.
+replay runs K attribution workers (``--processes``, the same ``gpuledger worker`` as live
+processing, each taking a disjoint set of units) over every processed topic from its first
+offset, as a job of its own (its own consumer group, fact and state topics, deleted after),
+and the same sink writes their facts into the database NAME of the same engine; then it
+builds the period's ledger document there (stored in NAME's ``ledger_documents``). The facts
+of a unit do not depend on which worker holds it, so the document is the same for any K.
+``--at-close`` stops every partition where the closed ledger's sources stopped, so the
+document must come out byte-for-byte the same (same hash); without it the replay reads
+everything there is now, and ``gpuledger diff`` shows what later evidence changed.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
+import orjson
+from confluent_kafka.admin import AdminClient
 
 from gpuledger.config import Settings
-from gpuledger.ledger.close import build_document
 from gpuledger.domain.ledger import content_hash
+from gpuledger.ledger.close import build_document
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.ledger_store import ClickHouseLedger
-from gpuledger.streams.processor import PROCESSOR_NAME, Processor
-from gpuledger.streams.topics import Topics, read_extents, topics_for
+from gpuledger.sinks.progress import job_checkpoint
+from gpuledger.streams.supervisor import run_sink, spawn_workers
+from gpuledger.bus.topics import Topics, ensure_topics, read_extents, topics_for
 
 __all__ = ["ReplayError", "ReplayResult", "check_shadow_name", "replay_period"]
 
@@ -61,7 +68,8 @@ def _stops(settings: Settings, topics: Topics, closed: dict | None, at_close: bo
 
 
 def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: str, at_close: bool,
-                  progress: Callable[[str], None], monotonic: Callable[[], float] = time.monotonic) -> ReplayResult:
+                  progress: Callable[[str], None], monotonic: Callable[[], float] = time.monotonic,
+                  processes: int = 1, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> ReplayResult:
     """``main``: the live database, whose ledger the replay is checked against."""
     check_shadow_name(into)
     topics = topics_for(settings)
@@ -71,57 +79,46 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
     shadow = main.sibling(into)
     shadow.drop_database()
     shadow.ensure_schema()
-    dead = {"n": 0}
-    proc = Processor(topics, shadow, lambda *_: dead.__setitem__("n", dead["n"] + 1), lambda: None,
-                     int(settings.stale_ceiling_s * 1000), int(settings.podresources_grace_s * 1000),
-                     max_future_skew_ms=int(settings.max_future_skew_s * 1000))
-    proc.set_extents(extents)
+    job = f"replay-{into}-{uuid.uuid4().hex[:8]}"
+    job_topics = topics.job(job)
+    ensure_topics(settings.kafka_bootstrap, job_topics)
+    stops = settings.home / f"{job}.stops.json"
+    stops.parent.mkdir(parents=True, exist_ok=True)
+    stops.write_bytes(orjson.dumps({k: high for k, (_, high) in extents.items()}))
     total = sum(high - low for low, high in extents.values())
+    progress(f"replay {period}: {total} records with {processes} worker(s) into {into}")
     started = monotonic()
-    done = _consume(settings, proc, extents, total, progress, monotonic, started)
-    proc.flush()
-    progress(f"replay {period}: {done} records read into {into}; building the ledger document")
-    doc, _ = build_document(shadow, closed_docs, shadow.load_checkpoint(PROCESSOR_NAME), period, progress)
+    try:
+        procs = spawn_workers(settings, processes, ["--until-caught-up", "--job", job, "--stop-offsets", str(stops)],
+                              progress)
+        code = run_sink(settings, job_topics, shadow, f"{settings.topic_prefix}-job-{job}-sink", progress, wall_ms,
+                        lambda: False, threading.Lock(), procs, True)
+        if code != 0:
+            raise RuntimeError(f"replay {period}: the replay workers failed (exit {code}); see their messages above")
+    finally:
+        _delete_job(settings, job_topics, job)
+        stops.unlink(missing_ok=True)
+    cp = job_checkpoint(shadow)
+    progress(f"replay {period}: read into {into} in {monotonic() - started:.1f}s; building the ledger document")
+    doc, _ = build_document(shadow, closed_docs, cp, period, progress)
     doc["status"] = "replayed"
     doc["hash"] = content_hash(doc)
     ClickHouseLedger(shadow).append(period, doc["hash"], 0, doc)
-    return ReplayResult(doc, done, dead["n"], monotonic() - started)
+    return ReplayResult(doc, total, int(cp.state.get("dead_lettered", 0)) if cp else 0, monotonic() - started)
 
 
-def _consume(settings: Settings, proc: Processor, extents: dict[str, tuple[int, int]], total: int,
-             progress: Callable[[str], None], monotonic: Callable[[], float], started: float) -> int:
-    todo = {k: v for k, v in extents.items() if v[1] > v[0]}
-    if not todo:
-        return 0
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "gpuledger-replay",
-                         "enable.auto.commit": False, "enable.partition.eof": False})
-    consumer.assign([TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1]), low)
-                     for k, (low, _) in todo.items()])
-    done, since_flush, last_report = 0, 0, 0.0
-    try:
-        while todo:
-            for msg in consumer.consume(num_messages=settings.batch_max_records, timeout=1.0):
-                if msg.error():
-                    continue
-                key = f"{msg.topic()}:{msg.partition()}"
-                stop = todo.get(key)
-                if stop is None or msg.offset() >= stop[1]:
-                    continue
-                proc.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
-                done, since_flush = done + 1, since_flush + 1
-                if msg.offset() + 1 >= stop[1]:
-                    del todo[key]
-                    consumer.incremental_unassign([TopicPartition(msg.topic(), msg.partition())])
-            if since_flush >= settings.batch_max_records:
-                proc.flush(checkpoint=False)
-                since_flush = 0
-            now = monotonic()
-            if now - last_report >= 2.0 or not todo:
-                last_report = now
-                rate = done / max(now - started, 1e-9)
-                eta = (total - done) / rate if rate else float("inf")
-                progress(f"replay: {done}/{total} records ({100 * done / max(total, 1):.0f}%), "
-                         f"{rate:,.0f} records/s, ETA {eta:,.0f} s")
-    finally:
-        consumer.close()
-    return done
+def _delete_job(settings: Settings, topics: Topics, job: str) -> None:
+    """A replay's own topics and groups go when it is done: the shadow database holds the result."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    names = [t.name for t in (*topics.fact_topics(), topics.unit_state, topics.broadcast_state)]
+    for fut in admin.delete_topics(names, operation_timeout=30).values():
+        try:
+            fut.result()
+        except Exception:  # noqa: BLE001 — already gone
+            pass
+    groups = [f"{settings.topic_prefix}-job-{job}", f"{settings.topic_prefix}-job-{job}-sink"]
+    for fut in admin.delete_consumer_groups(groups, request_timeout=30).values():
+        try:
+            fut.result()
+        except Exception:  # noqa: BLE001 — already gone, or never joined
+            pass

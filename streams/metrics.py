@@ -89,6 +89,10 @@ class WorkerMetrics:
         for topic, n in Tally(topics).items():
             self.records.labels(topic).inc(n)
 
+    def consumed_counts(self, per_topic: dict[str, int]) -> None:
+        for topic, n in per_topic.items():
+            self.records.labels(topic).inc(n)
+
     def flushed(self, capacity: int, utilization: int, requests: int, demand: int, pending_samples: int,
                 seconds: float) -> None:
         """A batch was written: its fact counts and how long the write took."""

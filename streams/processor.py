@@ -1,18 +1,12 @@
-"""The stream processor's logic, independent of the runtime that feeds it.
-
-The runtime (streams/worker.py, faust) hands over records in batches; this module decodes
-them, feeds the pure attribution core, keeps per-partition event-time watermarks, and
-implements the delivery guarantee in ``flush``:
+"""The engine (streams/engine.py) in one process with a fact store attached: every unit and
+the broadcast held here, facts written straight to the store. The in-memory pipeline of the
+tests runs on it; the Kafka runtime (streams/runtime.py) runs the same engine with facts going
+through the fact topics instead. ``flush``:
 
   1. write the batch's facts to the store (idempotent fact ids);
-  2. when asked (every few seconds, and when caught up), write a checkpoint: attribution
-     state + the next offset of every partition it reflects;
-  3. return — only then does the runtime acknowledge the batch.
-
-On start, state and offsets come from the last checkpoint, and the runtime moves the
-group's committed offsets back to it if they ran ahead (batches acknowledged after the
-last checkpoint are read again and rewrite the same facts). Records below a checkpoint
-offset (re-delivered because a commit was lost) are skipped, so nothing counts twice.
+  2. when asked, write a checkpoint: every unit's and the broadcast's state with the next
+     offset of every partition it reflects;
+  3. return. Records below a checkpoint offset are skipped, so nothing counts twice.
 
 One bad record never halts attribution. Whatever a record makes the code raise (any
 ``Exception``) sends it to the dead-letter topic with its position (topic/partition@offset)
@@ -45,37 +39,19 @@ from dataclasses import dataclass
 
 import orjson
 
-from gpuledger.domain.attribution import NEG_INF, Attributor
-from gpuledger.domain.bounds import check_event_time_ms
-from gpuledger.domain.cost import parse_ratecards
-from gpuledger.domain.facts import FactBatch, SourcePos
+from gpuledger.domain.attribution import Counters
+from gpuledger.domain.facts import FactBatch
 from gpuledger.domain.inventory import parse_inventory
-from gpuledger.domain.pricing import parse_credits
-from gpuledger.domain.quota import parse_quotas
-from gpuledger.schemas import Codec
 from gpuledger.sinks.base import Checkpoint, FactStore, PermanentStoreError
 from gpuledger.sinks.isolate import write_isolating
-from gpuledger.streams.topics import Topics
+from gpuledger.streams.engine import Engine, EventTimeError, check_event_time, merge_progress
+from gpuledger.bus.topics import Topics
 
-__all__ = ["FlushResult", "Processor"]
+__all__ = ["EventTimeError", "FlushResult", "Processor", "check_event_time"]
 
 PROCESSOR_NAME = "attribution"
 DeadLetter = Callable[[str, str, bytes], None]  # (source, reason, raw)
 Flush = Callable[[], None]
-REFERENCE_PARSERS = {"inventory": parse_inventory, "ratecards": parse_ratecards, "quotas": parse_quotas,
-                     "credits": parse_credits}
-
-
-class EventTimeError(ValueError):
-    """A record's event time is outside the bounds the processor accepts."""
-
-
-def check_event_time(observed_at_ms: int, ingested_at_ms: int, max_future_skew_ms: int) -> None:
-    """Raise ``EventTimeError`` naming the bound broken (pure: both instants come from the record;
-    the bounds are ingest's, ``domain/bounds.py``)."""
-    reason = check_event_time_ms(observed_at_ms, ingested_at_ms, max_future_skew_ms)
-    if reason:
-        raise EventTimeError(f"{reason}; fix the source's clock or the capture line")
 
 
 @dataclass(frozen=True)
@@ -87,151 +63,109 @@ class FlushResult:
     demand_facts: int = 0
 
 
+class ClusterView:
+    """One cluster across every unit: counters summed, pending samples counted."""
+
+    def __init__(self, atts: list) -> None:
+        self._atts = atts
+        self.counters = Counters(**{k: sum(getattr(a.counters, k) for a in atts) for k in vars(Counters())})
+        self.guest_pending = [g for a in atts for g in a.guest_pending]
+
+    def pending_samples(self) -> int:
+        return sum(a.pending_samples() for a in self._atts)
+
+
 class Processor:
     def __init__(self, topics: Topics, store: FactStore, dead_letter: DeadLetter, dead_letter_flush: Flush,
-                 stale_ceiling_ms: int, node_grace_ms: int, max_future_skew_ms: int = 86_400_000) -> None:
+                 stale_ceiling_ms: int, node_grace_ms: int, max_future_skew_ms: int = 86_400_000,
+                 lateness_ms: int = 3_600_000) -> None:
         self.topics, self.store = topics, store
-        self.max_future_skew_ms = max_future_skew_ms
-        self.dead_letter, self.dead_letter_flush = dead_letter, dead_letter_flush
-        self.stale_ceiling_ms, self.node_grace_ms = stale_ceiling_ms, node_grace_ms
-        self.codecs = {t.name: Codec(t.schema) for t in topics.processed()}
-        self.attributors: dict[str, Attributor] = {}
-        self.next_offsets: dict[str, int] = {}  # "topic:partition" -> next offset to read
-        self.first_offsets: dict[str, int] = {}  # "topic:partition" -> first offset ever read (the ledger's sources)
-        self.partition_wm: dict[str, int] = {}  # "topic:partition" -> max observed_at_ms
-        self.extents: dict[str, tuple[int, int]] = {}  # "topic:partition" -> (low, high)
-        self.seq = 0
-        self.skipped_replayed = 0
+        self.dead_letter_flush = dead_letter_flush
         self.dead_lettered = 0
-        self.series_skipped: dict[str, int] = {}  # DCGM series skipped since last taken, by reason (metrics)
-        self._inventories: list[tuple[str, dict, int]] = []
-        self._references: list[tuple[str, str, int, str]] = []
+
+        def dead(source: str, reason: str, raw: bytes) -> None:
+            self.dead_lettered += 1
+            dead_letter(source, reason, raw)
+        self.dead_letter = dead
+        self.engine = Engine(topics, dead, stale_ceiling_ms, node_grace_ms, max_future_skew_ms, lateness_ms)
+        self.seq = 0
         self._unwritten = FactBatch()
 
-    # -- start -------------------------------------------------------------------
+    @property
+    def attributors(self) -> dict[str, ClusterView]:
+        clusters: dict[str, list] = {}
+        for unit in self.engine.units.values():
+            for c, a in unit.attributors.items():
+                clusters.setdefault(c, []).append(a)
+        return {c: ClusterView(atts) for c, atts in clusters.items()}
+
+    @property
+    def series_skipped(self) -> dict[str, int]:
+        return self.engine.series_skipped
+
     def restore(self) -> dict[str, int]:
         cp = self.store.load_checkpoint(PROCESSOR_NAME)
-        if cp is None:
+        if cp is None or "units" not in cp.state:
             return {}
         self.seq = cp.seq
-        self.next_offsets = dict(cp.offsets)
-        self.partition_wm = dict(cp.state.get("partition_wm", {}))
-        self.first_offsets = dict(cp.state.get("first_offsets", {}))
         self.dead_lettered = cp.state.get("dead_lettered", 0)
-        for cluster, st in cp.state.get("clusters", {}).items():
-            self.attributors[cluster] = Attributor.from_state(st, self.stale_ceiling_ms, self.node_grace_ms)
-        return dict(self.next_offsets)
+        self.engine.reset_broadcast(cp.state["broadcast"])
+        for number, st in cp.state["units"].items():
+            self.engine.add_unit(int(number), st)
+        return dict(cp.offsets)
 
     def set_extents(self, extents: dict[str, tuple[int, int]]) -> None:
         """The low/high offsets of every partition read, so empty ones do not hold watermarks."""
-        self.extents = dict(extents)
+        self.engine.extents = dict(extents)
 
-    # -- records -----------------------------------------------------------------
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
-        key = f"{topic}:{partition}"
-        if offset < self.next_offsets.get(key, 0):
-            self.skipped_replayed += 1
-            return
-        self.next_offsets[key] = offset + 1
-        self.first_offsets.setdefault(key, offset)
-        source = f"{topic}/{partition}@{offset}"
-        try:
-            record = self.codecs[topic].decode(value or b"")
-            self._dispatch(topic, partition, offset, record)
-        except Exception as exc:  # noqa: BLE001 — the record boundary: whatever a record raises dead-letters it
-            self.dead_lettered += 1
-            self.dead_letter(source, f"{type(exc).__name__}: {exc}", value or b"")
+        e = self.engine
+        if topic in e.unit_topics:
+            e.handle_unit(topic, partition, offset, value)
+        if topic in e.broadcast_topics:
+            e.handle_broadcast(topic, partition, offset, value, dead_letter=topic not in e.unit_topics)
 
-    def _attributor(self, cluster_id: str) -> Attributor:
-        att = self.attributors.get(cluster_id)
-        if att is None:
-            att = self.attributors[cluster_id] = Attributor(cluster_id, self.stale_ceiling_ms, self.node_grace_ms)
-        return att
-
-    def _dispatch(self, topic: str, partition: int, offset: int, r: dict) -> None:
-        t = self.topics
-        pos = SourcePos(topic, partition, offset)
-        if topic == t.reference.name:
-            parse = REFERENCE_PARSERS.get(r["kind"])
-            if parse is None:
-                raise ValueError(f"unknown reference kind {r['kind']!r} (one of {', '.join(REFERENCE_PARSERS)})")
-            doc = orjson.loads(r["document_json"])
-            parse(doc)  # refused documents are not written: the previous valid one stays in force
-            if r["kind"] == "inventory":
-                self._attributor(r["cluster_id"]).apply_inventory(doc)
-                self._inventories.append((r["cluster_id"], doc, r["observed_at_ms"]))
-            else:
-                self._references.append((r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"]))
-            return
-        ts = r["observed_at_ms"]
-        check_event_time(ts, r["ingested_at_ms"], self.max_future_skew_ms)
-        if topic == t.k8s.name:
-            self._attributor(r["cluster_id"]).apply_watch(r["event_type"], orjson.loads(r["object_json"]), ts)
-        elif topic == t.podresources.name:
-            self._attributor(r["cluster_id"]).apply_podresources(r["node"], orjson.loads(r["response_json"]), ts, pos)
-        elif topic == t.dcgm.name:
-            for reason, n in self._attributor(r["cluster_id"]).apply_dcgm(r["node"], r["exposition"], ts, pos).items():
-                if not reason.startswith("not an attribution field"):  # blanks, implausible values, repeats
-                    self.series_skipped[reason] = self.series_skipped.get(reason, 0) + n
-        elif topic == t.vgpu.name:
-            self._attributor(r["cluster_id"]).apply_vgpu(r["host"], r["vgpus"], ts, pos)
-        elif topic == t.requests.name:
-            self._attributor(r["cluster_id"]).apply_request(r, pos)
-        key = f"{topic}:{partition}"
-        if ts > self.partition_wm.get(key, NEG_INF):
-            self.partition_wm[key] = ts
-
-    # -- watermarks ----------------------------------------------------------------
-    def watermark(self, topic: str) -> int:
-        """Min over the topic's non-empty partitions of the latest event time read there."""
-        marks = []
-        for key, (low, high) in self.extents.items():
-            if key.rsplit(":", 1)[0] == topic and high > low:
-                marks.append(self.partition_wm.get(key, NEG_INF))
-        return min(marks) if marks else NEG_INF
-
-    # -- write, then commit ------------------------------------------------------------
     def flush(self, checkpoint: bool = True) -> FlushResult:
-        k8s_wm, pr_wm = self.watermark(self.topics.k8s.name), self.watermark(self.topics.podresources.name)
-        vgpu_wm, dcgm_wm = self.watermark(self.topics.vgpu.name), self.watermark(self.topics.dcgm.name)
-        batch = self._unwritten  # facts a failed write left behind go first: the attributors drained them
-        for cluster in sorted(self.attributors):
-            att = self.attributors[cluster]
-            att.advance(k8s_wm, pr_wm, vgpu_wm, dcgm_wm)
-            batch.extend(att.drain())
-        for cluster, doc, ts in self._inventories:
-            self.store.write_inventory(cluster, parse_inventory(doc), ts)
-        for ref in self._references:
-            self.store.write_reference(*ref)
-        self._inventories.clear()
-        self._references.clear()
+        batch = self._unwritten  # facts a failed write left behind go first: the engine drained them
+        batch.extend(self.engine.advance())
+        self._unwritten = batch
+        for ref in self.engine.references:
+            if ref.kind == "inventory":
+                self.store.write_inventory(ref.cluster_id, parse_inventory(orjson.loads(ref.document_json)),
+                                           ref.observed_at_ms)
+            else:
+                self.store.write_reference(ref.cluster_id, ref.kind, ref.observed_at_ms, ref.document_json)
+        self.engine.references.clear()
         write_isolating(self.store, batch, self._reject_fact)  # 1. facts; on a StoreError they stay for the retry
-        self.dead_letter_flush()  # and dead letters, the rows the store refused among them
+        self.dead_letter_flush()
         self._unwritten = FactBatch()
-        pending = sum(a.pending_samples() for a in self.attributors.values())
-        result = FlushResult(len(batch.capacity), len(batch.utilization), len(batch.requests), pending,
-                             len(batch.demand))
-        if not checkpoint:
-            return result
-        self.seq += 1
-        self.store.save_checkpoint(PROCESSOR_NAME, Checkpoint(self.seq, dict(self.next_offsets), {  # 2. checkpoint
-            "partition_wm": self.partition_wm, "first_offsets": self.first_offsets, "dead_lettered": self.dead_lettered,
-            "clusters": {c: a.to_state() for c, a in self.attributors.items()},
-        }))
+        result = FlushResult(len(batch.capacity), len(batch.utilization), len(batch.requests),
+                             self.engine.pending_samples(), len(batch.demand))
+        if checkpoint:
+            self.seq += 1
+            self.store.save_checkpoint(PROCESSOR_NAME, self.checkpoint())  # 2. checkpoint
         return result
 
+    def checkpoint(self) -> Checkpoint:
+        e = self.engine
+        nxt, first, dead = merge_progress(e.progress())
+        return Checkpoint(self.seq, nxt, {"first_offsets": first, "dead_lettered": self.dead_lettered,
+                                          "broadcast": e.broadcast_state(),
+                                          "units": {str(n): e.unit_state(n) for n in sorted(e.units)}})
+
+    @property
+    def next_offsets(self) -> dict[str, int]:
+        return merge_progress(self.engine.progress())[0]
+
     def take_series_skipped(self) -> dict[str, int]:
-        """DCGM series skipped since the last call, by reason."""
-        out, self.series_skipped = self.series_skipped, {}
-        return out
+        return self.engine.take_series_skipped()
 
     def _reject_fact(self, table: str, fact: object, exc: PermanentStoreError) -> None:
         """A fact row the store refuses for good: dead-lettered under the record it came from."""
         source = f"{getattr(fact, 'src_topic', '')}/{getattr(fact, 'src_partition', '')}@{getattr(fact, 'src_offset', '')}"
-        self.dead_lettered += 1
         self.dead_letter(source, f"StoreRejected: {table} row {getattr(fact, 'fact_id', '?')}: {exc}",
                          repr(fact).encode())
 
     def caught_up(self, highs: dict[str, int]) -> bool:
-        """True once every partition has been read up to the given end offsets."""
-        return all(self.next_offsets.get(key, self.extents.get(key, (0, 0))[0]) >= high for key, high in highs.items())
+        nxt = self.next_offsets
+        return all(nxt.get(key, self.engine.extents.get(key, (0, 0))[0]) >= high for key, high in highs.items())

@@ -11,11 +11,12 @@ from gpuledger.producers.base import ListPublisher, Published
 from gpuledger.producers.capture import IngestSummary, ingest_capture
 from gpuledger.sinks.base import MemoryStore
 from gpuledger.streams.processor import Processor
-from gpuledger.streams.topics import Topics
+from gpuledger.bus.topics import Topics
 
 PARTITIONS = 2
 STALE_CEILING_MS = 300_000
 GRACE_MS = 120_000
+LATENESS_MS = 3_600_000  # the default allowed lateness (GPULEDGER_ALLOWED_LATENESS_S)
 WALL_MS = 1_798_761_600_000  # 2027-01-01T00:00:00Z: the publisher's clock, after every test plan's evidence
 
 
@@ -50,12 +51,13 @@ def run_capture(capture: Path, grace_ms: int = GRACE_MS) -> tuple["MemoryPipelin
 
 
 class MemoryPipeline:
-    def __init__(self, topics: Topics, store: MemoryStore | None = None, grace_ms: int = GRACE_MS) -> None:
+    def __init__(self, topics: Topics, store: MemoryStore | None = None, grace_ms: int = GRACE_MS,
+                 lateness_ms: int = LATENESS_MS) -> None:
         self.topics = topics
         self.store = store or MemoryStore()
         self.dead: list[tuple[str, str]] = []
         self.proc = Processor(topics, self.store, lambda s, r, raw: self.dead.append((s, r)), lambda: None,
-                              STALE_CEILING_MS, grace_ms)
+                              STALE_CEILING_MS, grace_ms, lateness_ms=lateness_ms)
         self.proc.restore()
 
     def extents(self, records: list[tuple[str, int, int, bytes]]) -> None:

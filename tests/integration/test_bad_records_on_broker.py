@@ -18,9 +18,9 @@ from gpuledger.config import load_settings
 from gpuledger.demo.cluster import write_capture
 from gpuledger.demo.plan import RATECARDS
 from gpuledger.domain.timeutil import parse_rfc3339_ms
-from gpuledger.producers.kafka import KafkaPublisher
+from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.schemas import Codec
-from gpuledger.streams.topics import ensure_topics, topics_for
+from gpuledger.bus.topics import ensure_topics, topics_for
 from plans import truth_plan
 from stack_support import BOOTSTRAP, Stack, dead_letters
 

@@ -1,5 +1,7 @@
 """Acceptance: SIGKILL of the `process` worker mid-run, then a restart, ends with the same
-fact set in ClickHouse as an undisturbed run: nothing lost, nothing twice."""
+fact set in ClickHouse as an undisturbed run: nothing lost, nothing twice. Two workers of one
+group, one SIGKILLed mid-stream and restarted while the other keeps going, end with the fact
+set of one undisturbed worker."""
 
 import signal
 import uuid
@@ -9,6 +11,7 @@ import pytest
 
 from conftest import Stack, stop, wait_for
 from gpuledger.demo.cluster import write_capture
+from gpuledger.demo.varied import varied_plan, write_varied
 from gpuledger.sinks.query import WorkerQueryClient
 from plans import truth_plan
 
@@ -39,7 +42,7 @@ def test_sigkill_mid_run_then_restart_equals_undisturbed_run(broker, tmp_path):
     want = undisturbed.facts()
     assert len(want["utilization_facts"]) == expected_samples
 
-    killed = Stack(tmp_path / "killed", f"t{uuid.uuid4().hex[:10]}")
+    killed = Stack(tmp_path / "killed", f"t{uuid.uuid4().hex[:10]}", {"GPULEDGER_CHECKPOINT_INTERVAL_S": "0.5"})
     killed.run("ingest", str(cap))
     kills = []
     for threshold in (1, expected_samples // 3):
@@ -52,5 +55,36 @@ def test_sigkill_mid_run_then_restart_equals_undisturbed_run(broker, tmp_path):
     assert 0 < len(partial["utilization_facts"]) < expected_samples  # the kills really were mid-run
 
     done = killed.run("process", "--until-caught-up")
-    assert "resuming at checkpoint" in done.stderr
+    assert "restored from its changelog" in done.stderr
     assert killed.facts() == want
+
+
+def test_two_workers_one_killed_and_restarted_equal_one_undisturbed_worker(broker, tmp_path):
+    plan = varied_plan(10, 20, jitter=0.1, hours=4, nodes=6, gpus_per_node=2, seed=3)
+    cap = write_varied(plan, tmp_path / "capture")
+    undisturbed = Stack(tmp_path / "undisturbed", f"t{uuid.uuid4().hex[:10]}")
+    undisturbed.run("ingest", str(cap))
+    undisturbed.run("process", "--until-caught-up")
+    want = undisturbed.facts()
+    assert len(want["utilization_facts"]) > 1000 and want["capacity_facts"]
+    parts = {r[-2] for r in want["utilization_facts"]}
+    assert len(parts) >= 2, "the nodes spread over partitions, so each worker holds some"
+
+    two = Stack(tmp_path / "two", f"t{uuid.uuid4().hex[:10]}")
+    two.run("ingest", str(cap))
+    sink = two.start("process", "--workers", "0")  # the sink and the query endpoint; the workers run apart
+    try:
+        a, b = two.start("worker", "--until-caught-up"), two.start("worker", "--until-caught-up")
+        wait_for(lambda: _utilization_rows_via_worker(two) >= len(want["utilization_facts"]) // 4, 240,
+                 "a quarter of the facts written")
+        stop(a, signal.SIGKILL)
+        assert a.returncode == -signal.SIGKILL and b.poll() is None, "the other worker keeps going"
+        assert _utilization_rows_via_worker(two) < len(want["utilization_facts"]), "killed mid-stream"
+        again = two.start("worker", "--until-caught-up")
+        for worker in (b, again):
+            _, err = worker.communicate(timeout=300)
+            assert worker.returncode == 0, err[-3000:]
+    finally:
+        stop(sink)
+    two.run("process", "--until-caught-up")  # the sink writes what the fact topics still hold
+    assert two.facts() == want

@@ -1,5 +1,5 @@
-"""Acceptance: a hand-made capture with known truth, through the real broker, the faust
-worker and the ClickHouse engine, read back by `gpuledger showback --format json`."""
+"""Acceptance: a hand-made capture with known truth, through the real broker, the worker, the sink
+and the ClickHouse engine, read back by `gpuledger showback --format json`."""
 
 import orjson
 import pytest

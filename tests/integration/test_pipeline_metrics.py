@@ -1,4 +1,4 @@
-"""Pipeline and fleet metrics on the real broker, the faust worker and the ClickHouse engine.
+"""Pipeline and fleet metrics on the real broker, the worker, the sink and the ClickHouse engine.
 
 The capture is tests/plans.py's truth plan (2 nodes x 4 H100, quotas alpha 1 and gamma 2)
 with what the business alerts look for, known by construction in the window 45..60 min:
@@ -36,7 +36,7 @@ from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.sinks.fleet_metrics import FleetExporter, read_fleet, serve_fleet_metrics
 from gpuledger.sinks.query import open_reader
 from gpuledger.stack.kafka import free_port
-from gpuledger.streams.topics import Topics, read_extents
+from gpuledger.bus.topics import Topics, read_extents
 from plans import H, M, T0, pod, truth_plan
 from stack_support import BOOTSTRAP, REPO, Stack, stop, wait_for
 
@@ -252,6 +252,7 @@ def test_the_rules_fire_on_these_gauges(run, tmp_path):
             inner = ",".join(f'{k}="{v}"' for k, v in sorted({**dict(lbls), "job": "gpuledger-fleet",
                                                                    "instance": "fleet:9103"}.items()))
             series.append({"series": f"{name}{{{inner}}}", "values": f"{value!r}x120"})
+    series.append({"series": 'up{instance="worker:9101",job="gpuledger-worker"}', "values": "1x120"})  # scraped, up
     firing = {("AllocationWithoutTenantIdentity", "finance"): 1, ("UnattributedAboveClosePolicy", "finance"): 1,
               ("AllocatedButIdle", "capacity"): 1, ("GpuHealthIncident", "platform"): 2,
               ("InferenceQueueSloBreach", "capacity"): 2, ("BorrowedCapacityNearLimit", "capacity"): 1}

@@ -1,5 +1,5 @@
 """vGPU (two VMs, one re-assigned to another owner) and a shared endpoint (three tenants
-with different token mixes) through the real broker, the faust worker and ClickHouse."""
+with different token mixes) through the real broker, the workers, the sink and ClickHouse."""
 
 import statistics
 

@@ -1,5 +1,5 @@
 """MIG (two profiles, a re-partition mid-run) and time-slicing (4 replicas, two tenants)
-through the real broker, the faust worker and the ClickHouse engine."""
+through the real broker, the workers, the sink and the ClickHouse engine."""
 
 import pytest
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from gpuledger.demo.cluster import write_capture
-from gpuledger.producers.kafka import KafkaPublisher
+from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.schemas import Codec
 from gpuledger.sinks.query import WorkerQueryClient
 from plans import expected_allocated_hours, truth_plan

@@ -22,6 +22,7 @@ from gpuledger.config.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[3]
 ENV_PREFIX = "GPULEDGER_"
+SERVES_NO_METRICS = {"sink"}  # `gpuledger sink` has no HTTP endpoint (streams/supervisor.py run_sink)
 
 
 def settings_env_names() -> set[str]:
@@ -55,7 +56,9 @@ class GpuledgerProcess:
     @property
     def metrics_port(self) -> int:
         """Where this process serves its Prometheus /metrics (-1: nowhere, 0: a random port)."""
-        if self.command == "process":
+        if self.command in SERVES_NO_METRICS:
+            return -1
+        if self.command in ("process", "worker"):
             return self.settings.worker_metrics_port
         if self.command == "produce":
             return self.settings.producer_metrics_port
@@ -98,7 +101,22 @@ def gpuledger_process(argv: list[str], env: dict[str, str], where: str) -> Gpule
 def check_role(proc: GpuledgerProcess) -> list[str]:
     """What a long-running deployed process needs beyond valid settings; returns the problems."""
     s, problems = proc.settings, []
-    if proc.command == "process":
+    if proc.command == "worker":
+        if s.clickhouse_dsn:
+            problems.append(f"{proc.where}: the attribution worker never touches ClickHouse; it must not be given "
+                            "a ClickHouse login (GPULEDGER_CLICKHOUSE_DSN)")
+        if proc.metrics_port <= 0:
+            problems.append(f"{proc.where}: the worker serves no /metrics on a fixed port "
+                            "(GPULEDGER_WORKER_METRICS_PORT)")
+        if getattr(proc.args, "until_caught_up", False):
+            problems.append(f"{proc.where}: a deployed worker must not stop once caught up")
+        if getattr(proc.args, "job", None) or getattr(proc.args, "stop_offsets", None):
+            problems.append(f"{proc.where}: --job/--stop-offsets belong to a replay, not to the live worker group")
+    elif proc.command == "sink":
+        if not s.clickhouse_dsn.startswith(("http://", "https://")):
+            problems.append(f"{proc.where}: a deployed sink must write a ClickHouse server (http DSN), "
+                            f"not {s.clickhouse_dsn or 'the embedded engine'}")
+    elif proc.command == "process":
         if not s.clickhouse_dsn.startswith(("http://", "https://")):
             problems.append(f"{proc.where}: the worker must reach a ClickHouse server (http DSN), "
                             f"not {s.clickhouse_dsn or 'the embedded engine'}")
@@ -125,5 +143,6 @@ def check_role(proc: GpuledgerProcess) -> list[str]:
         if proc.metrics_port <= 0:
             problems.append(f"{proc.where}: the fleet gauges must be served on a fixed port (--port)")
     else:
-        problems.append(f"{proc.where}: `{proc.command}` is not a long-running process (process, produce, metrics)")
+        problems.append(f"{proc.where}: `{proc.command}` is not a long-running process "
+                        "(worker, sink, process, produce, metrics)")
     return problems

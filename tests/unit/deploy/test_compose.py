@@ -6,6 +6,8 @@ offline. Beyond the schema: the gpuledger services share the one image built fro
 deploy/Dockerfile, run command lines gpuledger's parser accepts with settings it accepts,
 reach the broker and the server by their service names, wait for healthy dependencies,
 mount only paths that exist, and Prometheus scrapes the ports they serve /metrics on.
+Processing is the attribution workers (replicas of one consumer group, no ClickHouse login)
+and the sink (fact topics into the ClickHouse server); neither publishes a port.
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ import copy
 import fnmatch
 import hashlib
 import json
+import os
 import re
 import shutil
+import socket
 import subprocess
+from concurrent.futures import Future
 from pathlib import Path
+from unittest import mock
 from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
 import yaml
-from deploy_support import REPO, check_role, gpuledger_process
+from deploy_support import REPO, SERVES_NO_METRICS, check_role, gpuledger_process
 
 COMPOSE = REPO / "docker-compose.yml"
 SCHEMA = REPO / "tests" / "fixtures" / "schemas" / "compose-spec.json"
@@ -122,7 +128,7 @@ def test_the_schema_check_rejects_mistakes(mistake, change):
 def test_every_gpuledger_service_runs_the_one_image_built_from_deploy_dockerfile():
     doc = load_compose()
     ours = gpuledger_services(doc)
-    assert {"worker", "requests-producer", "k8s-producer", "fleet-metrics"} <= set(ours)
+    assert {"worker", "sink", "requests-producer", "k8s-producer", "fleet-metrics"} <= set(ours)
     images = {svc.get("image") for svc in ours.values()}
     assert len(images) == 1 and None not in images, f"gpuledger services use several images: {images}"
     for name, svc in ours.items():
@@ -141,7 +147,9 @@ def test_every_command_is_a_gpuledger_command_line_with_valid_settings():
     problems = [p for proc in procs.values() for p in check_role(proc)]
     assert not problems, "\n".join(problems)
     roles = {(p.command, p.source) for p in procs.values()}
-    assert {("process", None), ("produce", "k8s"), ("produce", "requests"), ("metrics", None)} <= roles
+    assert {("worker", None), ("sink", None), ("produce", "k8s"), ("produce", "requests"), ("metrics", None)} <= roles
+    assert "process" not in {p.command for p in procs.values()}, (
+        "`gpuledger process` is the single-machine (embedded engine) form; the stack runs `worker` and `sink`")
 
 
 def test_every_gpuledger_variable_is_a_setting():
@@ -217,11 +225,111 @@ def test_dependencies_wait_for_healthy_services():
                     f"service {name} waits for {dep} to be healthy; it has no healthcheck")
     for name, proc in processes(doc).items():
         assert "healthcheck" in services[name], f"service {name} has no healthcheck"
-        needs = {"kafka"} if proc.command in ("process", "produce") else set()
+        needs = {"kafka"} if proc.command in ("worker", "sink", "process", "produce") else set()
         needs |= {"clickhouse"} if proc.settings.clickhouse_dsn else set()
         for dep in needs:
             assert services[name]["depends_on"][dep]["condition"] == "service_healthy", (
                 f"service {name} must wait for {dep} to be healthy")
+
+
+def replicas(service: dict) -> int:
+    return int((service.get("deploy") or {}).get("replicas", 1))
+
+
+def test_the_workers_scale_out_as_replicas_of_one_group():
+    doc = load_compose()
+    procs = processes(doc)
+    workers = {name: doc["services"][name] for name, p in procs.items() if p.command == "worker"}
+    assert list(workers) == ["worker"], f"one worker service, scaled with replicas, not several: {sorted(workers)}"
+    svc, proc = workers["worker"], procs["worker"]
+    n = replicas(svc)
+    assert 2 <= n <= proc.settings.source_partitions, (
+        f"{n} worker replicas: run at least 2, and at most GPULEDGER_SOURCE_PARTITIONS "
+        f"({proc.settings.source_partitions}): a worker holds whole units (one source partition each), "
+        "so more replicas than partitions sit idle")
+    assert "container_name" not in svc, "a fixed container_name allows only one replica"
+    assert not any(target.startswith("/var/lib/gpuledger") for _, target, _ in bind_mounts(svc))
+    named = [v for v in svc.get("volumes", []) if not isinstance(v, str) or not v.startswith((".", "/", "~", "$"))]
+    assert not named, f"workers keep their state in the changelog topics; a volume shared by replicas: {named}"
+    sources = {p.settings.source_partitions for p in procs.values()}
+    assert sources == {proc.settings.source_partitions}, (
+        f"every process must agree on the source partition count (the topics are created by whoever comes "
+        f"first): {sources}")
+    sinks = [name for name, p in procs.items() if p.command == "sink"]
+    assert sinks == ["sink"], sinks
+    fleet = doc["services"]["fleet-metrics"]["depends_on"]
+    assert fleet.get("sink", {}).get("condition") == "service_healthy", (
+        "the fleet gauges read tables the sink creates: wait for the sink to be healthy")
+
+
+def test_neither_worker_nor_sink_listens_publicly():
+    doc = load_compose()
+    for name, proc in processes(doc).items():
+        if proc.command not in ("worker", "sink"):
+            continue
+        svc = doc["services"][name]
+        assert not svc.get("ports"), f"service {name} publishes {svc['ports']} on the host"
+        assert svc.get("network_mode") is None, f"service {name} joins network {svc['network_mode']}"
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    worker_jobs = [job for job in config["scrape_configs"] if job["job_name"] == "gpuledger-worker"]
+    assert len(worker_jobs) == 1
+    job = worker_jobs[0]
+    assert not any(host_port(t)[0] == "worker" for sc in job.get("static_configs", []) for t in sc["targets"]), (
+        "a static target resolves the service name once: one replica scraped, the others never")
+    assert {(n, sd.get("type", "SRV"), sd.get("port")) for sd in job.get("dns_sd_configs", []) for n in sd["names"]} == {
+        ("worker", "A", processes(doc)["worker"].metrics_port)}, "Prometheus must find every worker replica by name"
+
+
+class _Group:
+    def __init__(self, hosts):
+        self.members = [type("Member", (), {"host": h})() for h in hosts]
+
+
+def sink_health(hosts_by_group: dict[str, list[str]]) -> tuple[int, list]:
+    """Run the sink's healthcheck script as the container would, against a broker whose
+    consumer groups have members at ``hosts_by_group``; (exit status, groups asked for)."""
+    sink = load_compose()["services"]["sink"]
+    kind, python, flag, script = sink["healthcheck"]["test"]
+    assert (kind, python, flag) == ("CMD", "python", "-c")
+    env = env_of(sink)
+    asked = []
+
+    class FakeAdmin:
+        def __init__(self, conf):
+            assert conf["bootstrap.servers"] == env["GPULEDGER_KAFKA_BOOTSTRAP"]
+
+        def describe_consumer_groups(self, groups, **kwargs):
+            asked.extend(groups)
+            out = {}
+            for g in groups:
+                future = Future()
+                if g in hosts_by_group:
+                    future.set_result(_Group(hosts_by_group[g]))
+                else:
+                    future.set_exception(RuntimeError("Broker: Not coordinator"))
+                out[g] = future
+            return out
+
+    with mock.patch.dict(os.environ, env), mock.patch("confluent_kafka.admin.AdminClient", FakeAdmin):
+        try:
+            exec(compile(script, "sink healthcheck", "exec"), {"__name__": "__main__"})
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+        except Exception:  # noqa: BLE001 — python -c exits 1 on an uncaught exception
+            code = 1
+    return code, asked
+
+
+def test_the_sink_is_healthy_while_this_container_is_a_member_of_its_group():
+    me = socket.getaddrinfo(socket.gethostname(), None)[0][4][0]
+    group = processes(load_compose())["sink"].settings.topic_prefix + "-sink"  # cli/main.py cmd_sink
+    assert sink_health({group: [f"/{me}"]}) == (0, [group])
+    assert sink_health({group: ["/10.255.255.1", f"/{me}"]})[0] == 0
+    assert sink_health({group: ["/10.255.255.1"]})[0] == 1, "another sink's membership is not this one's health"
+    assert sink_health({group: []})[0] == 1
+    assert sink_health({})[0] == 1, "no such group yet: not healthy"
+    assert sink_health({f"{group}-other": [f"/{me}"]})[0] == 1
 
 
 def test_every_mounted_path_exists_in_the_repository():
@@ -304,7 +412,8 @@ def test_prometheus_scrapes_what_the_services_serve_and_loads_the_rules():
     targets = {t for job in config["scrape_configs"] for sc in job.get("static_configs", []) for t in sc["targets"]}
     targets |= {f"{name}:{sd['port']}" for job in config["scrape_configs"] for sd in job.get("dns_sd_configs", [])
                 for name in sd["names"]}
-    served = {f"{name}:{proc.metrics_port}" for name, proc in processes(doc).items()}
+    served = {f"{name}:{proc.metrics_port}" for name, proc in processes(doc).items()
+              if proc.command not in SERVES_NO_METRICS}
     assert served <= targets, f"not scraped: {sorted(served - targets)}"
     for target in targets:
         host, _port = host_port(target)

@@ -7,7 +7,9 @@ schemas: every container runs the one gpuledger image with a command line gpuled
 accepts and an environment (ConfigMap, Secret, downward API, ``$(VAR)`` expansion as the
 kubelet does it) its settings accept; the node producers read the kubelet socket and the
 node's dcgm-exporter; selectors, Services and ports fit together; every container is locked
-down. The RBAC test is in test_kubernetes_rbac.py.
+down; the attribution workers scale with replicas (up to the source partition count) and get
+no ClickHouse login, the sink writes the ClickHouse server, and neither is reachable from
+outside the cluster. The RBAC test is in test_kubernetes_rbac.py.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_support import REPO, check_role, gpuledger_process
+from deploy_support import REPO, SERVES_NO_METRICS, check_role, gpuledger_process
 
 MANIFESTS = REPO / "deploy" / "kubernetes"
 KUBERNETES_VERSIONS = ("1.33.0", "1.37.0")
@@ -102,7 +104,9 @@ def test_the_expected_objects_are_there_in_one_namespace():
     want = {("Namespace", "gpuledger"), ("ServiceAccount", "gpuledger-k8s-watch"),
             ("ClusterRole", "gpuledger-k8s-watch"), ("ClusterRoleBinding", "gpuledger-k8s-watch"),
             ("ConfigMap", "gpuledger-config"), ("DaemonSet", "gpuledger-node-producers"),
-            ("Deployment", "gpuledger-worker"), ("Deployment", "gpuledger-k8s-producer"),
+            ("Deployment", "gpuledger-worker"), ("Deployment", "gpuledger-sink"),
+            ("NetworkPolicy", "gpuledger-worker"), ("NetworkPolicy", "gpuledger-sink"),
+            ("Deployment", "gpuledger-k8s-producer"),
             ("Deployment", "gpuledger-requests-producer"), ("Deployment", "gpuledger-fleet-metrics"),
             ("Service", "gpuledger-requests")}
     assert want <= have, f"missing: {sorted(want - have)}"
@@ -167,6 +171,9 @@ def test_every_container_runs_the_gpuledger_image_with_a_valid_command_line_and_
         proc = process_of(w, c)
         problems += check_role(proc)
         roles.add((w["metadata"]["name"], proc.command, proc.source))
+        if proc.command in SERVES_NO_METRICS:
+            assert not c.get("ports"), f"{proc.where}: `gpuledger {proc.command}` listens on nothing, yet declares ports"
+            continue
         metrics_port = proc.metrics_port
         assert metrics_port in {p["containerPort"] for p in c.get("ports", [])}, (
             f"{proc.where}: /metrics on {metrics_port} is not a declared container port")
@@ -174,7 +181,8 @@ def test_every_container_runs_the_gpuledger_image_with_a_valid_command_line_and_
     assert len({c["image"] for _, c in containers()}) == 1, "every container runs the same image"
     assert roles >= {("gpuledger-node-producers", "produce", "podresources"),
                      ("gpuledger-node-producers", "produce", "dcgm"),
-                     ("gpuledger-worker", "process", None), ("gpuledger-k8s-producer", "produce", "k8s"),
+                     ("gpuledger-worker", "worker", None), ("gpuledger-sink", "sink", None),
+                     ("gpuledger-k8s-producer", "produce", "k8s"),
                      ("gpuledger-requests-producer", "produce", "requests"),
                      ("gpuledger-fleet-metrics", "metrics", None)}, roles
 
@@ -272,3 +280,81 @@ def test_every_container_is_locked_down_and_sized():
         home = process_of(w, c).settings.home
         writable = [m for m in c["volumeMounts"] if not m.get("readOnly") and home.is_relative_to(m["mountPath"])]
         assert writable, f"{where}: GPULEDGER_HOME {home} is on the read-only root filesystem"
+
+
+# -- processing: the workers, the sink ------------------------------------------------------
+def workloads_running(command: str) -> list[tuple[dict, dict, object]]:
+    return [(w, c, proc) for w, c in containers() if (proc := process_of(w, c)).command == command]
+
+
+def test_the_workers_scale_with_replicas_up_to_the_partition_count():
+    found = workloads_running("worker")
+    assert [(w["kind"], w["metadata"]["name"]) for w, _, _ in found] == [("Deployment", "gpuledger-worker")], (
+        "the attribution workers: one Deployment, scaled with replicas")
+    w, c, proc = found[0]
+    replicas = w["spec"]["replicas"]
+    partitions = proc.settings.source_partitions
+    assert 2 <= replicas <= partitions, (
+        f"{replicas} worker replicas: run at least 2, and at most GPULEDGER_SOURCE_PARTITIONS ({partitions}); "
+        "a worker holds whole units (one source partition each), so more replicas sit idle")
+    assert w["spec"].get("strategy", {}).get("type", "RollingUpdate") == "RollingUpdate", (
+        "workers join and leave the group freely: roll them, do not stop them all (Recreate)")
+    pod = w["spec"]["template"]["spec"]
+    assert not [v for v in pod["volumes"] if "persistentVolumeClaim" in v], (
+        "worker state lives in the changelog topics; a volume claim would pin replicas to one volume")
+    assert not proc.settings.clickhouse_dsn, "the workers never touch ClickHouse: no ClickHouse Secret"
+    assert not any(src.get("secretRef") for src in c.get("envFrom", [])), c.get("envFrom")
+    assert pod["terminationGracePeriodSeconds"] >= 30, "SIGTERM: the worker commits before it exits"
+    services = [s for s in by_kind("Service").values()
+                if s["spec"]["selector"].items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+    assert services and all(s["spec"].get("clusterIP") == "None" for s in services), (
+        "every worker replica is its own scrape target: a headless Service, one endpoint per pod")
+
+
+def test_the_sink_writes_the_clickhouse_server_from_its_own_deployment():
+    found = workloads_running("sink")
+    assert [(w["kind"], w["metadata"]["name"]) for w, _, _ in found] == [("Deployment", "gpuledger-sink")]
+    w, c, proc = found[0]
+    assert w["spec"]["replicas"] >= 1
+    assert proc.settings.clickhouse_dsn == by_kind("Secret")["gpuledger-clickhouse"]["stringData"][
+        "GPULEDGER_CLICKHOUSE_DSN"], "the sink logs in with the writer DSN of secret.yaml"
+    assert len(workloads_running("process")) == 0, (
+        "`gpuledger process` is the single-machine (embedded engine) form: run `worker` and `sink` apart")
+    readers = {w["metadata"]["name"] for w, _, p in (*workloads_running("sink"), *workloads_running("metrics"))}
+    with_secret = {w["metadata"]["name"] for w, c in containers()
+                   if any(src.get("secretRef", {}).get("name") == "gpuledger-clickhouse" for src in c.get("envFrom", []))}
+    assert with_secret == readers, f"only the sink and the fleet gauges get the ClickHouse login: {sorted(with_secret)}"
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return selector.get("matchLabels", {}).items() <= labels.items() and not selector.get("matchExpressions")
+
+
+def test_neither_worker_nor_sink_is_reachable_from_outside_the_cluster():
+    policies = by_kind("NetworkPolicy")
+    for command in ("worker", "sink"):
+        for w, c, proc in workloads_running(command):
+            name = w["metadata"]["name"]
+            pod = w["spec"]["template"]["spec"]
+            labels = w["spec"]["template"]["metadata"]["labels"]
+            assert not pod.get("hostNetwork") and not pod.get("hostPID"), f"{name} shares the node's network"
+            assert not any("hostPort" in p for p in c.get("ports", [])), f"{name} binds a port on the node"
+            for sname, svc in by_kind("Service").items():
+                if svc["spec"]["selector"].items() <= labels.items():
+                    assert svc["spec"].get("type", "ClusterIP") == "ClusterIP" and not svc["spec"].get("externalIPs"), (
+                        f"Service {sname} exposes {name} outside the cluster")
+            declared = {p["name"] for p in c.get("ports", [])}
+            assert declared == (set() if command in SERVES_NO_METRICS else {"metrics"}), (
+                f"{name} declares ports {sorted(declared)}: the worker listens only for /metrics, the sink not at all")
+            mine = [p for p in policies.values() if _selects(p["spec"]["podSelector"], labels)]
+            assert mine, f"no NetworkPolicy selects the {name} pods"
+            assert all("Ingress" in p["spec"]["policyTypes"] for p in mine)
+            rules = [r for p in mine for r in p["spec"].get("ingress", [])]
+            if command in SERVES_NO_METRICS:
+                assert rules == [], f"{name} listens on nothing: its NetworkPolicy admits nothing"
+                continue
+            for r in rules:
+                assert [p["port"] for p in r.get("ports", [])] in (["metrics"], [proc.metrics_port]), (
+                    f"{name}: ingress beyond its /metrics port: {r}")
+                assert r.get("from") and all("ipBlock" not in peer for peer in r["from"]), (
+                    f"{name}: /metrics open to any address, not only to pods in the cluster: {r}")

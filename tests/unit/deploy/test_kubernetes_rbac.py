@@ -142,3 +142,18 @@ def test_a_binding_that_misses_the_watch_verb_is_caught(producer_requests):
     assert not all(authorized(request_attributes(r), without_watch, local, ns) for r in producer_requests)
     namespaced_only = ([], cluster)  # the same rules in a RoleBinding: all-namespace lists are refused
     assert not all(authorized(request_attributes(r), *namespaced_only, ns) for r in producer_requests)
+
+
+def test_the_workers_and_the_sink_get_no_api_token_and_no_rules():
+    """Processing talks to Kafka and ClickHouse only: its pods carry no API token, and their
+    ServiceAccount is bound to nothing."""
+    objs = objects()
+    accounts = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ServiceAccount"}
+    for name in ("gpuledger-worker", "gpuledger-sink"):
+        dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == name)
+        spec = dep["spec"]["template"]["spec"]
+        account, ns = spec["serviceAccountName"], dep["metadata"]["namespace"]
+        assert spec.get("automountServiceAccountToken") is False, f"{name} mounts an API token"
+        assert accounts[account].get("automountServiceAccountToken") is False, account
+        assert rules_for(account, ns) == ([], []), f"{name} runs as {account}, which is bound to rules"
+        assert account != producer_service_account()[0], f"{name} shares the watch producer's identity"

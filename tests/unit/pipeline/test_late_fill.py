@@ -15,12 +15,12 @@ def _in_gap(line: dict) -> bool:
     return line["node"] == "node-b" and GAP[0] < parse_rfc3339_ms(line["observed_at"]) < GAP[1]
 
 
-def _late_run(tmp_path, late_dir):
+def _late_run(tmp_path, late_dir, lateness_ms: int = 24 * 3_600_000):
     topics, early_pub, _ = ingest(tmp_path / "early")
     _, late_pub, _ = ingest(late_dir)
     records = partitioned(topics, early_pub.records + late_pub.records)  # late ones land at later offsets
     early, late = records[:len(early_pub.records)], records[len(early_pub.records):]
-    mp = MemoryPipeline(topics)
+    mp = MemoryPipeline(topics, lateness_ms=lateness_ms)  # the late ones come after the whole capture
     mp.extents(records)
     mp.feed(early)
     return mp, late
@@ -68,3 +68,16 @@ def test_a_late_snapshot_outside_a_gap_is_stale(tmp_path):
     mp.feed(late)
     assert mp.store.capacity == facts
     assert mp.proc.attributors["prod-ai-1"].counters.stale_snapshots == 1
+
+
+def test_a_snapshot_later_than_the_allowed_lateness_leaves_the_gap(tmp_path):
+    """The gap is forgotten once the node's snapshots are an allowed lateness past it: a
+    snapshot arriving after that is stale, and the facts stay as written."""
+    plan = truth_plan()
+    full = write_capture(plan, tmp_path / "full")
+    split_lines(full, tmp_path / "early", tmp_path / "late", "podresources.jsonl", _in_gap)
+    mp, late = _late_run(tmp_path, tmp_path / "late", lateness_ms=30 * 60_000)
+    facts = dict(mp.store.capacity)
+    mp.feed(late)
+    assert facts and mp.store.capacity == facts
+    assert mp.proc.attributors["prod-ai-1"].counters.stale_snapshots == 11

@@ -8,7 +8,7 @@ from gpuledger.demo.cluster import write_capture
 from gpuledger.producers.capture import CaptureError, ingest_capture
 from gpuledger.producers.base import ListPublisher
 from gpuledger.schemas import Codec
-from gpuledger.streams.topics import Topics
+from gpuledger.bus.topics import Topics
 from plans import truth_plan
 from pipeline import ingest
 

@@ -12,7 +12,7 @@ from gpuledger.demo.cluster import write_capture
 from gpuledger.producers.capture import ingest_capture
 from gpuledger.producers.base import ListPublisher
 from gpuledger.schemas import Codec
-from gpuledger.streams.topics import Topics
+from gpuledger.bus.topics import Topics
 from pipeline import WALL_MS, ingest
 from plans import service_plan
 

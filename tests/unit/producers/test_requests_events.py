@@ -19,7 +19,7 @@ from gpuledger.producers.request_records import parse_body, request_line, text_l
 from gpuledger.producers.requests_events import RequestHttpReceiver, RequestLogProducer
 from gpuledger.producers.runtime import ProducerMetrics, StateFile
 from gpuledger.schemas import Codec
-from gpuledger.streams.topics import Topics
+from gpuledger.bus.topics import Topics
 from sources.harness import Running, wait_for, wall_ms
 
 OPENAI_RESPONSE = {  # /work/shared/reference/inference/openai-chat-completion-response-dynamo-vllm.json, verbatim

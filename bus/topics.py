@@ -6,8 +6,12 @@
   retention, which is also the look-back for who owned what when a period began.
 - The reference topic is state: compacted, the latest document per key (cluster/kind) is
   kept forever.
-- Facts are not kept in Kafka at all: ClickHouse holds them, and they can always be
-  rebuilt from the source topics (``gpuledger replay``).
+- Fact topics carry the workers' facts to the sink (keyed by fact id, kept a week: the
+  sink's lag allowance; ClickHouse holds them after, and they can always be rebuilt from
+  the source topics with ``gpuledger replay``). ``facts.progress`` (compacted) says how far
+  each unit and the broadcast have read: the ledger's sources.
+- State topics are the workers' changelogs (compacted): a unit's snapshot is on the unit's
+  partition, keyed by unit; the broadcast snapshot on its own topic.
 - The dead-letter topic keeps what could not be taken for the audit horizon too.
 - The clock topic stamps ``LogAppendTime``: producers measure their host clock against it.
 """
@@ -17,12 +21,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from gpuledger.bus.offsets import read_extents
 
 __all__ = ["TopicSpec", "Topics", "ensure_topics", "read_extents", "topics_for"]
 
 AUDIT_RETENTION_DAYS = 400  # 13 months: a closed year plus a dispute window
+FACT_SCHEMAS = {"capacity": "capacity_fact", "utilization": "utilization_fact", "requests": "request_fact",
+                "demand": "demand_fact"}
+STATE_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class Topics:
                "message.timestamp.type": "CreateTime"}
         ref = {"cleanup.policy": "compact", "compression.type": "lz4"}
         p = source_partitions
+        self.prefix = prefix
         self.k8s = TopicSpec(f"{prefix}.source.k8s-watch", "k8s_watch_event", p, src)
         self.podresources = TopicSpec(f"{prefix}.source.podresources", "podresources_snapshot", p, src)
         self.dcgm = TopicSpec(f"{prefix}.source.dcgm", "dcgm_scrape", p, src)
@@ -50,6 +59,15 @@ class Topics:
         self.reference = TopicSpec(f"{prefix}.reference.documents", "reference_document", 1, ref)
         self.dead_letter = TopicSpec(f"{prefix}.dead-letter", "dead_letter", 1,
                                      {"cleanup.policy": "delete", "retention.ms": audit_ms})
+        week = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000), "compression.type": "lz4",
+                "max.message.bytes": str(16 * 1024 * 1024)}
+        self.facts = {kind: TopicSpec(f"{prefix}.facts.{kind}", schema, p, week) for kind, schema in FACT_SCHEMAS.items()}
+        compacted = {"cleanup.policy": "compact", "compression.type": "lz4", "segment.ms": "60000",
+                     "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "60000",
+                     "max.message.bytes": str(STATE_MAX_BYTES)}
+        self.progress = TopicSpec(f"{prefix}.facts.progress", "", 1, compacted)
+        self.unit_state = TopicSpec(f"{prefix}.state.units", "", p, compacted)
+        self.broadcast_state = TopicSpec(f"{prefix}.state.broadcast", "", 1, compacted)
         # producers' probes of the broker clock: the broker stamps them, a day is plenty
         self.clock = TopicSpec(f"{prefix}.clock", "clock_heartbeat", 1,
                                {"cleanup.policy": "delete", "retention.ms": str(24 * 3600 * 1000),
@@ -57,7 +75,19 @@ class Topics:
 
     def all(self) -> list[TopicSpec]:
         return [self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests, self.reference, self.dead_letter,
-                self.clock]
+                self.clock, *self.facts.values(), self.progress, self.unit_state, self.broadcast_state]
+
+    def fact_topics(self) -> list[TopicSpec]:
+        return [*self.facts.values(), self.progress]
+
+    def job(self, name: str) -> Topics:
+        """The same source topics with a job's own fact and state topics (a replay's)."""
+        other = object.__new__(Topics)
+        other.__dict__.update(self.__dict__)
+        mine = Topics(f"{self.prefix}.job.{name}", self.podresources.partitions)
+        other.facts, other.progress = mine.facts, mine.progress
+        other.unit_state, other.broadcast_state = mine.unit_state, mine.broadcast_state
+        return other
 
     def processed(self) -> list[TopicSpec]:
         """The topics `process` reads."""
@@ -100,23 +130,3 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout_s: float) ->
 def topics_for(settings) -> Topics:
     """The deployment's topics as its settings name them."""
     return Topics(settings.topic_prefix, settings.source_partitions, settings.audit_retention_days)
-
-
-def read_extents(bootstrap: str, topic_names: list[str], retry_s: float = 30.0) -> dict[str, tuple[int, int]]:
-    """Low and high offsets of every partition of the topics ("topic:partition" -> (low, high));
-    retried for a while when a partition has no leader for a moment."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gpuledger-extents", "enable.auto.commit": False,
-                         "log_level": 3})
-    deadline = time.monotonic() + retry_s
-    try:
-        md = consumer.list_topics(timeout=10)
-        while True:
-            try:
-                return {f"{name}:{p}": consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
-                        for name in topic_names for p in sorted(md.topics[name].partitions)}
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-    finally:
-        consumer.close()

@@ -7,7 +7,7 @@ import time
 from confluent_kafka import KafkaException, Producer
 
 from gpuledger.producers.base import MAX_RECORD_BYTES
-from gpuledger.streams.topics import read_extents
+from gpuledger.bus.topics import read_extents
 
 __all__ = ["KafkaPublisher", "PublishError"]
 

@@ -1,0 +1,381 @@
+"""Fleet-scale benchmark: ``python -m gpuledger.bench.fleet --gpus 1024 --hours 24 --cadence-s 10 --workers 1,2``.
+
+1. Generates a fleet (``bench/fleet_gen.py``: nodes of 8 H100s, DCGM scrapes with jitter,
+   PodResources on each node's own clock, pod and namespace watch events, the inventory)
+   straight into fresh topics on the broker (started under the settings' home when none
+   answers), and writes the truth the plan gives to ``OUT/truth.json``.
+2. Raw loop: the fastest plain confluent-kafka consumer over the DCGM topic (batched
+   ``consume``, large fetches), Avro-decoding every record and counting device samples;
+   seconds, rates and the process's CPU time over wall time.
+3. For each N of ``--workers``: ``gpuledger process --until-caught-up --workers N`` with a
+   fresh ``GPULEDGER_HOME``; wall time, CPU time and peak RSS of every process of its session
+   (``/proc`` polled every 0.5 s, VmHWM per pid), then showback checked against the truth.
+
+A markdown row per run goes to stdout, with the machine and the exact command; everything
+also to ``OUT/results.json``. Topics are deleted at the end unless ``--keep-topics``;
+``--reuse OUT/truth.json`` runs steps 2-3 again on topics a ``--keep-topics`` run left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import platform
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import fastavro
+import orjson
+from confluent_kafka import Consumer, TopicPartition, libversion
+from confluent_kafka.admin import AdminClient
+
+from gpuledger.bench.fleet_gen import check_rendering, fleet_plan, fleet_truth, publish_fleet
+from gpuledger.config import load_settings
+from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
+from gpuledger.bus.publisher import KafkaPublisher
+from gpuledger.schemas.registry import latest_version, load_schema
+from gpuledger.stack import KafkaBroker
+from gpuledger.bus.topics import Topics, ensure_topics, read_extents
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def machine() -> str:
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")), "?")
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    mem_kb = int(next(ln.split()[1] for ln in meminfo if ln.startswith("MemTotal")))
+    return (f"{model} ({platform.machine()}), {os.cpu_count()} cores, {mem_kb / 2**20:.1f} GiB RAM, "
+            f"Python {platform.python_version()}, librdkafka {libversion()[0]}")
+
+
+# -- 2. the raw loop ---------------------------------------------------------------------
+# Tried on 1,024 GPUs x 24 h (14 GB of expositions, lz4): 1 MB or 4 MB per partition and fetch leave the
+# loop waiting on librdkafka's fetcher (40-60 % CPU, 2x slower); 8 MB with a 1 GB queue keeps it busy.
+RAW_CONSUMER = {"enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False,
+                "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608,
+                "receive.message.max.bytes": 53_000_000, "queued.max.messages.kbytes": 1_048_576,
+                "queued.min.messages": 1_000_000, "fetch.wait.max.ms": 10, "fetch.min.bytes": 1,
+                "check.crcs": False, "log_level": 3}
+SM_TYPE, SM_LINE = "# TYPE DCGM_FI_PROF_SM_ACTIVE ", "\nDCGM_FI_PROF_SM_ACTIVE{"  # a line per device sample
+
+
+def device_samples(text: str) -> int:
+    """SM-active series of one exposition, counted in that family's section only (a fifth of the text)."""
+    start = text.rfind(SM_TYPE)
+    if start < 0:
+        return 0
+    end = text.find("\n#", start + len(SM_TYPE))
+    return text.count(SM_LINE, start, len(text) if end < 0 else end)
+
+
+def raw_loop(bootstrap: str, topic: str) -> dict:
+    """Consume and Avro-decode every record of the topic; count device samples."""
+    extents = read_extents(bootstrap, [topic])
+    expected = sum(high - low for low, high in extents.values())
+    version = latest_version("dcgm_scrape")
+    header, schema = bytes([0]) + version.to_bytes(4, "big"), load_schema("dcgm_scrape", version)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"fleet-raw-{time.time_ns()}", **RAW_CONSUMER})
+    consumer.assign([TopicPartition(topic, int(k.rsplit(":", 1)[1]), low) for k, (low, _) in extents.items()])
+    reader, seen, samples, bytes_in, idle_since = fastavro.schemaless_reader, 0, 0, 0, time.monotonic()
+    cpu0, t0, main0 = time.process_time(), time.perf_counter(), time.thread_time()
+    while seen < expected:
+        batch = consumer.consume(num_messages=10_000, timeout=1.0)
+        if not batch:
+            if time.monotonic() - idle_since > 60:
+                raise RuntimeError(f"raw loop: nothing for 60 s after {seen} of {expected} records")
+            continue
+        if not seen:  # timed from the first batch: connecting and the first fetch are not the loop's rate
+            cpu0, t0, main0 = time.process_time(), time.perf_counter(), time.thread_time()
+        idle_since = time.monotonic()
+        for msg in batch:
+            value = msg.value()
+            if msg.error() or value[:5] != header:
+                raise RuntimeError(f"raw loop: {msg.error() or 'a record not framed as dcgm_scrape v%d' % version}")
+            buf = io.BytesIO(value)
+            buf.seek(5)
+            samples += device_samples(reader(buf, schema, None)["exposition"])
+            bytes_in += len(value)
+        seen += len(batch)
+    wall, cpu, main = time.perf_counter() - t0, time.process_time() - cpu0, time.thread_time() - main0
+    consumer.close()
+    return {"records": seen, "device_samples": samples, "seconds": round(wall, 2), "records_per_s": round(seen / wall),
+            "samples_per_s": round(samples / wall), "mb_per_s": round(bytes_in / wall / 1e6, 1),
+            "cpu_pct": round(100 * cpu / wall), "main_thread_cpu_s": round(main, 2),  # the loop's own Python work
+            "samples_per_main_thread_cpu_s": round(samples / main), "process_peak_rss_gib": peak_rss_gib()}
+
+
+def peak_rss_gib() -> float:
+    """This process's peak RSS so far (generation and the raw loop run in it, in that order)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+
+
+# -- 3. worker runs ------------------------------------------------------------------------
+class TreeMonitor(threading.Thread):
+    """Polls /proc every 0.5 s for the processes of one session (the started process and
+    everything it forks): peak RSS (VmHWM) and CPU ticks per pid."""
+
+    def __init__(self, sid: int, log_path: Path) -> None:
+        super().__init__(daemon=True)
+        self.sid, self.log_path, self.done = sid, log_path, threading.Event()
+        self.hwm_kb: dict[int, int] = {}
+        self.ticks: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+
+    def poll(self) -> set[int]:
+        """Read every process of the session now; returns their pids."""
+        alive = set()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                if int(fields[3]) != self.sid:  # field 6: session id
+                    continue
+                pid = int(entry.name)
+                alive.add(pid)
+                self.names[pid] = stat[stat.index("(") + 1:stat.rindex(")")]
+                self.ticks[pid] = int(fields[11]) + int(fields[12])  # utime + stime
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.hwm_kb[pid] = max(self.hwm_kb.get(pid, 0), int(line.split()[1]))
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+        return alive
+
+    def run(self) -> None:
+        last_note = time.monotonic()
+        while not self.done.is_set():
+            self.poll()
+            if time.monotonic() - last_note >= 15:
+                last_note = time.monotonic()
+                tail = self.log_path.read_bytes()[-400:].decode(errors="replace").strip().splitlines()
+                log(f"  [{len(self.hwm_kb)} process(es), peak RSS {max(self.hwm_kb.values(), default=0) / 2**20:.2f} "
+                    f"GiB] {tail[-1] if tail else ''}")
+            self.done.wait(0.5)
+
+
+def process_supports_workers(gpuledger: list[str]) -> bool:
+    done = subprocess.run([*gpuledger, "process", "--help"], capture_output=True, text=True, timeout=120)
+    return "--workers" in done.stdout
+
+
+def worker_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: float, with_flag: bool) -> dict:
+    home.mkdir(parents=True)
+    cmd = [*gpuledger, "process", "--until-caught-up", *(["--workers", str(n)] if with_flag else [])]
+    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
+    log_path = home / "process.log"
+    log(f"workers={n}: {' '.join(shlex.quote(c) for c in cmd)}  (GPULEDGER_HOME={home}, log {log_path})")
+    with log_path.open("wb") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=run_env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    monitor = TreeMonitor(proc.pid, log_path)
+    monitor.start()
+    killer = threading.Timer(timeout_s, lambda: (log(f"workers={n}: over {timeout_s:.0f} s; stopping it"),
+                                                  os.killpg(proc.pid, signal.SIGTERM)))
+    killer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:  # the harness itself stopped (SIGINT, SIGTERM): stop the run's session too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        raise
+    finally:
+        killer.cancel()
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    monitor.done.set()
+    monitor.join()
+    left = monitor.poll()
+    if left:  # processes of the run still alive after it exited: ours, ended by their group
+        log(f"workers={n}: {len(left)} process(es) left in the run's session after it exited; ending them")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    cpu_s = max(usage.ru_utime + usage.ru_stime, sum(monitor.ticks.values()) / CLK_TCK)
+    peak_kb = max([*monitor.hwm_kb.values(), usage.ru_maxrss])
+    if proc.returncode != 0:
+        log(f"workers={n}: exited {proc.returncode}; last lines of {log_path}:\n"
+            + log_path.read_bytes()[-3000:].decode(errors="replace"))
+    return {"workers": n, "command": " ".join(cmd), "exit": proc.returncode, "wall_s": round(wall, 2),
+            "cpu_s": round(cpu_s, 1), "cpu_pct": round(100 * cpu_s / wall), "processes": len(monitor.hwm_kb),
+            "peak_rss_gib": round(peak_kb / 2**20, 2),
+            "peak_rss_by_process": {f"{monitor.names.get(p, '?')}[{p}]": round(kb / 2**20, 2)
+                                    for p, kb in sorted(monitor.hwm_kb.items())}, "home": str(home)}
+
+
+def check_showback(gpuledger: list[str], env: dict, home: Path, truth: dict) -> dict:
+    """Showback of the run against the truth: allocated exact (1e-6 h), active within 0.5 % plus
+    two scrape intervals over the period (each end of the period may leave one uncovered)."""
+    done = subprocess.run([*gpuledger, "showback", "--from", truth["from"], "--to", truth["to"], "--format", "json"],
+                          env={**env, "GPULEDGER_HOME": str(home),
+                               "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"},
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        return {"ok": False, "error": done.stderr[-2000:]}
+    got = {e["tenant_id"]: e for e in orjson.loads(done.stdout)["tenants"]}
+    alloc, active = truth["allocated_gpu_hours"], truth["active_gpu_hours"]
+    d_alloc = max(abs(got.get(t, {}).get("allocated_gpu_hours", 0.0) - alloc[t]) for t in alloc)
+    d_active = max(abs(got.get(t, {}).get("active_gpu_hours", 0.0) / active[t] - 1) for t in active)
+    cover = min((got[t]["telemetry_coverage"] for t in alloc if t in got), default=0.0)
+    allowed = 0.005 + 2 * truth["cadence_s"] / (truth["hours"] * 3600)
+    return {"ok": sorted(got) == sorted(alloc) and d_alloc <= 1e-6 and d_active <= allowed,
+            "allocated_max_abs_diff_h": d_alloc, "active_max_rel_diff": round(d_active, 6),
+            "active_allowed_rel_diff": round(allowed, 6), "min_coverage": round(cover, 4), "tenants_seen": sorted(got)}
+
+
+def clear_prefix(admin: AdminClient, prefix: str, keep: set[str]) -> None:
+    """Delete the prefix's topics (but ``keep``) and consumer groups: between runs, what an
+    earlier run left (fact, state and dead-letter topics, offsets), so each run starts cold."""
+    mine = lambda name: name.startswith((f"{prefix}.", f"{prefix}-"))  # noqa: E731
+    names = [n for n in admin.list_topics(timeout=30).topics if mine(n) and n not in keep]
+    groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid if mine(g.group_id)]
+    for fut in [*(admin.delete_topics(names, request_timeout=60).values() if names else ()),
+                *(admin.delete_consumer_groups(groups, request_timeout=30).values() if groups else ())]:
+        try:
+            fut.result()
+        except Exception as exc:  # noqa: BLE001 — reported; the run shows what it found
+            log(f"fleet: deleting under {prefix}: {exc}")
+    deadline = time.monotonic() + 60
+    while set(names) & set(admin.list_topics(timeout=30).topics) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if names or groups:
+        log(f"fleet: deleted {len(names)} topic(s) and {len(groups)} consumer group(s) under {prefix}")
+
+
+# -- the run -------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m gpuledger.bench.fleet", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus", type=int, default=1024, help="GPUs (a multiple of 8: nodes of 8 H100s)")
+    p.add_argument("--hours", type=float, default=24)
+    p.add_argument("--cadence-s", type=float, default=10, help="DCGM scrape interval")
+    p.add_argument("--pr-cadence-s", type=float, help="PodResources interval (default: the DCGM one, own clock)")
+    p.add_argument("--jitter", type=float, default=0.1, help="scrape jitter, a fraction of the interval (< 0.5)")
+    p.add_argument("--missing", type=float, default=0.0, help="fraction of scrapes lost")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--start", default="2026-10-01T00:00:00Z", help="start of the period (RFC 3339)")
+    p.add_argument("--workers", default="1,2", help="comma-separated worker counts to run")
+    p.add_argument("--partitions", type=int, help="partitions per source topic (default: the settings')")
+    p.add_argument("--bootstrap", help="Kafka bootstrap (default: GPULEDGER_KAFKA_BOOTSTRAP)")
+    p.add_argument("--out", help="folder for truth.json, results.json and the runs' homes")
+    p.add_argument("--keep-topics", action="store_true", help="leave the generated topics on the broker")
+    p.add_argument("--skip-worker", action="store_true", help="generate and run the raw loop only")
+    p.add_argument("--skip-raw", action="store_true", help="no raw loop")
+    p.add_argument("--reuse", metavar="TRUTH_JSON", help="no generation: the topics a --keep-topics run left")
+    p.add_argument("--worker-timeout-s", type=float, default=4 * 3600)
+    args = p.parse_args(argv)
+    if not 0 <= args.jitter < 0.5:
+        p.error("--jitter must be in [0, 0.5)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the run's processes and topics are cleaned up
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpuledger.bench.fleet", *sys.argv[1:]])
+    base = load_settings(kafka_bootstrap=args.bootstrap, source_partitions=args.partitions)
+    if args.reuse:
+        truth = orjson.loads(Path(args.reuse).read_bytes())
+        prefix, out = truth["topic_prefix"], Path(args.reuse).parent
+    else:
+        prefix = f"fleet{args.gpus}g{int(time.time())}"
+        out = Path(args.out or f"/tmp/gpuledger-fleet/{prefix}")
+    out.mkdir(parents=True, exist_ok=True)
+    s = load_settings(kafka_bootstrap=base.kafka_bootstrap, source_partitions=base.source_partitions,
+                      topic_prefix=prefix)
+    topics = Topics(prefix, s.source_partitions, s.audit_retention_days)
+    log(f"fleet: machine {machine()}\nfleet: {command}")
+    KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts).up(progress=log)
+    results: dict = {"machine": machine(), "command": command, "topic_prefix": prefix}
+    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})  # kept: its futures resolve only while it lives
+    try:
+        if not args.reuse:
+            ensure_topics(s.kafka_bootstrap, topics)
+            started = time.monotonic()
+            plan = fleet_plan(args.gpus, args.hours, args.cadence_s, args.pr_cadence_s or args.cadence_s, args.jitter,
+                              args.missing, args.seed, parse_rfc3339_ms(args.start))
+            check_rendering(plan)
+            truth = {**fleet_truth(plan), "topic_prefix": prefix, "gpus": args.gpus, "hours": args.hours,
+                     "nodes": len(plan.nodes), "cadence_s": args.cadence_s,
+                     "pr_cadence_s": args.pr_cadence_s or args.cadence_s, "jitter": args.jitter,
+                     "missing": args.missing, "seed": args.seed, "partitions": s.source_partitions,
+                     "from": format_rfc3339(plan.start_ms), "to": format_rfc3339(plan.end_ms)}
+            log(f"fleet: generating {args.gpus} GPUs on {len(plan.nodes)} nodes, {args.hours:g} h, {len(plan.pods)} "
+                f"pods, into topics {prefix}.* ({s.source_partitions} partitions each)")
+            counts = publish_fleet(plan, KafkaPublisher(s.kafka_bootstrap), topics, log)
+            truth.update(counts, generate_s=round(time.monotonic() - started, 2), generate_peak_rss_gib=peak_rss_gib())
+            (out / "truth.json").write_bytes(orjson.dumps(truth, option=orjson.OPT_INDENT_2))
+            log(f"fleet: generated in {truth['generate_s']} s ({counts['device_samples'] / truth['generate_s']:.0f} "
+                f"device samples/s, {counts['dcgm_bytes'] / 1e9:.2f} GB of DCGM records, peak RSS "
+                f"{truth['generate_peak_rss_gib']} GiB); truth in {out / 'truth.json'}")
+        results["generation"] = truth
+        samples = truth["device_samples"]
+        raw = None
+        if not args.skip_raw:
+            log("fleet: raw loop (confluent-kafka consume + Avro decode of the DCGM topic)")
+            raw = results["raw"] = raw_loop(s.kafka_bootstrap, topics.dcgm.name)
+            log(f"fleet: raw loop {raw}")
+            if raw["device_samples"] != samples:
+                log(f"fleet: raw loop counted {raw['device_samples']} device samples, the generator {samples}")
+        runs = results["runs"] = []
+        if not args.skip_worker:
+            gpuledger = [str(Path(sys.executable).with_name("gpuledger"))]
+            with_flag = process_supports_workers(gpuledger)
+            env = {**os.environ, "GPULEDGER_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "GPULEDGER_TOPIC_PREFIX": prefix,
+                   "GPULEDGER_SOURCE_PARTITIONS": str(s.source_partitions),
+                   "GPULEDGER_KAFKA_LIBS": str(s.kafka_libs.resolve())}
+            sources = {t.name for t in (topics.k8s, topics.podresources, topics.dcgm, topics.vgpu, topics.requests,
+                                        topics.reference)}
+            for n in (int(x) for x in args.workers.split(",") if x.strip()):
+                if not with_flag and n != 1:
+                    log(f"workers={n}: skipped: this `gpuledger process` has no --workers flag yet "
+                        "(N=1 runs without it)")
+                    continue
+                clear_prefix(admin, prefix, sources)
+                home = out / f"run-w{n}-{int(time.time())}"
+                run = worker_run(n, gpuledger, env, home, args.worker_timeout_s, with_flag)
+                if run["exit"] == 0:
+                    run["check"] = check_showback(gpuledger, env, Path(run["home"]), truth)
+                    log(f"workers={n}: check against the truth: {run['check']}")
+                runs.append(run)
+    finally:
+        if not args.keep_topics:
+            clear_prefix(admin, prefix, set())
+    (out / "results.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    print(f"Machine: {results['machine']}\nCommand: `{command}`\n")
+    print("| GPUs | hours | device samples | workers | wall s | samples/s | raw / run | peak RSS per process (max) "
+          "| CPU | check |\n|---|---|---|---|---|---|---|---|---|---|")
+    gpus, hours = truth["gpus"], truth["hours"]
+    if raw:
+        print(f"| {gpus} | {hours:g} | {samples} | raw loop | {raw['seconds']} | {raw['samples_per_s']} | 1.0x | - "
+              f"| {raw['cpu_pct']} % | - |")
+    for r in runs:
+        rate = samples / r["wall_s"]
+        ratio = f"{raw['samples_per_s'] / rate:.1f}x" if raw else "-"
+        check = r.get("check", {})
+        verdict = (f"exit {r['exit']}" if r["exit"] else "showback failed" if "error" in check else
+                   f"{'ok' if check['ok'] else 'MISMATCH'}: allocated Δ {check['allocated_max_abs_diff_h']:.2g} h, "
+                   f"active Δ {100 * check['active_max_rel_diff']:.2f} % "
+                   f"(≤ {100 * check['active_allowed_rel_diff']:.2f}), "
+                   f"{len(check['tenants_seen'])}/{len(truth['tenants'])} tenants")
+        print(f"| {gpus} | {hours:g} | {samples} | {r['workers']} | {r['wall_s']} | {rate:.0f} | {ratio} "
+              f"| {r['peak_rss_gib']} GiB ({r['processes']} proc.) | {r['cpu_pct']} % | {verdict} |")
+    print(f"\nResults: {out / 'results.json'}")
+    return 0 if all(r["exit"] == 0 and r.get("check", {}).get("ok") for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The workers' changelogs on Kafka: a unit's latest snapshot on its partition of the unit
+state topic (keyed ``unit-N``), the broadcast's on the broadcast state topic. Both compacted,
+so a reader takes the last value of its key from the start of the partition."""
+
+from __future__ import annotations
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from gpuledger.bus.topics import STATE_MAX_BYTES, Topics
+
+__all__ = ["Changelog"]
+
+BROADCAST_KEY = b"broadcast"
+
+
+class Changelog:
+    def __init__(self, bootstrap: str, topics: Topics, producer: Producer) -> None:
+        self.bootstrap, self.topics, self.producer = bootstrap, topics, producer
+        self.written_bytes = 0
+
+    def write_unit(self, number: int, state: dict) -> None:
+        self._write(self.topics.unit_state.name, number, f"unit-{number}".encode(), state)
+
+    def write_broadcast(self, state: dict) -> None:
+        self._write(self.topics.broadcast_state.name, 0, BROADCAST_KEY, state)
+
+    def _write(self, topic: str, partition: int, key: bytes, state: dict) -> None:
+        value = orjson.dumps(state, option=orjson.OPT_NON_STR_KEYS)
+        if len(value) > STATE_MAX_BYTES:
+            raise RuntimeError(f"{key.decode()} state is {len(value) >> 20} MiB, over the {STATE_MAX_BYTES >> 20} MiB a "
+                               "snapshot may take: more live state than one unit should hold; add source partitions")
+        self.written_bytes += len(value)
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, partition=partition)
+                return
+            except BufferError:
+                self.producer.poll(0.1)
+
+    def read_unit(self, number: int) -> dict | None:
+        return self._read(self.topics.unit_state.name, number, f"unit-{number}".encode())
+
+    def read_broadcast(self) -> dict | None:
+        return self._read(self.topics.broadcast_state.name, 0, BROADCAST_KEY)
+
+    def _read(self, topic: str, partition: int, key: bytes) -> dict | None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "gpuledger-changelog-reader",
+                             "enable.auto.commit": False, "log_level": 3, "fetch.max.bytes": 2 * STATE_MAX_BYTES,
+                             "max.partition.fetch.bytes": 2 * STATE_MAX_BYTES,
+                             "receive.message.max.bytes": 2 * STATE_MAX_BYTES + 1_000_000})
+        try:
+            tp = TopicPartition(topic, partition)
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high <= low:
+                return None
+            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            last, position = None, low
+            while position < high:
+                for msg in consumer.consume(num_messages=100, timeout=1.0):
+                    if msg.error():
+                        continue
+                    position = msg.offset() + 1
+                    if msg.key() == key:
+                        last = msg.value()
+            return orjson.loads(last) if last is not None else None
+        finally:
+            consumer.close()

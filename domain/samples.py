@@ -1,0 +1,151 @@
+"""Sample attribution, the part of ``Attributor`` (domain/attribution.py) that turns waiting
+DCGM samples into utilization facts once the segments under them are final: one fact per
+capacity fact a sample's ``[t, end)`` overlaps (span = the overlap), or one unattributed fact
+saying why. Also what the attributor forgets: pieces no sample can need, evidence gaps past
+the allowed lateness, history behind the late-data horizon. All times epoch ms, half-open."""
+
+from __future__ import annotations
+
+from gpuledger.domain.capacity import Piece
+from gpuledger.domain.dcgm import DeviceSample
+from gpuledger.domain.facts import SourcePos
+from gpuledger.domain.segments import NEG_INF, NodeState
+from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_fact
+
+__all__ = ["SampleAttribution", "drop_before"]
+
+
+class SampleAttribution:
+    """Mixed into ``Attributor``: uses its nodes, hosts, watermarks and fact buffers."""
+
+    def _attribute_guest_samples(self) -> None:
+        keep = []
+        src = self.guest_source
+        for scrape in self.guest_pending:
+            t, row, pos, node, end = scrape
+            host = src.vgpu_index.get(row[0])
+            st = src.vgpu_hosts.get(host) if host else None
+            if end is not None and st is not None and st.first_snapshot_ms is not None \
+                    and st.first_snapshot_ms <= t and self._known(st, t, end):
+                pieces = {row[0]: st.pieces.get(row[0], [])}
+                covered = overlapping(pieces[row[0]], t, end)
+                why = "" if covered else ("no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
+                                          else f"vGPU {row[0]} not in the snapshot covering this sample")
+                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos),
+                                   [(row[0], lookup(pieces[row[0]], t), why)], "", pieces)
+            elif end is not None and t + self.node_grace_ms <= src.vgpu_watermark_ms and (
+                    st is None or st.last_ms is None or t >= st.last_ms):
+                why = f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace"
+                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos), [(row[0], None, why)], "", {})
+            else:
+                keep.append(scrape)
+        self.guest_pending = keep
+        if self.shared is not None:
+            return  # the shared hosts' pieces serve every partition's guests: pruned by their owner
+        waiting = {p[1][0] for p in keep}
+        for st in self.vgpu_hosts.values():
+            for device, pieces in st.pieces.items():
+                if device in waiting:
+                    continue
+                drop_before(pieces, self.guest_wm.get(device, NEG_INF) - self.node_grace_ms)
+
+    @staticmethod
+    def _known(st: NodeState, t: int, end: int) -> bool:
+        """Are the segments under ``[t, end)`` final? Past a node whose snapshots stopped (or
+        left the inventory) nothing more will come for that time."""
+        if end <= st.final_until_ms:
+            return True
+        return not st.open and not st.pending_segments and t < st.final_until_ms
+
+    # -- utilization ---------------------------------------------------------------
+    def _attribute_samples(self, node: str, st: NodeState) -> None:
+        keep = []
+        grace = max(self.node_grace_ms, st.snapshot_cadence.stale_after_ms(self.stale_ceiling_ms)
+                    if st.snapshot_cadence.intervals_ms else 0)
+        for scrape in st.pending_scrapes:
+            t, end = scrape[0], scrape[3]
+            if end is None:
+                keep.append(scrape)
+                continue
+            if st.first_snapshot_ms is not None and t < st.first_snapshot_ms and t < st.final_until_ms:
+                reason = f"before the first PodResources snapshot of {node}"
+            elif st.first_snapshot_ms is not None and self._known(st, t, end):
+                reason = ""
+            elif t + grace <= self.pr_watermark_ms and (st.last_ms is None or t >= st.last_ms):
+                reason = f"no PodResources snapshot of {node} within {grace // 1000}s grace"
+            else:
+                keep.append(scrape)
+                continue
+            for row in scrape[1]:
+                self._emit_sample(node, st, t, end, DeviceSample(*row), SourcePos(*scrape[2]), reason)
+        st.pending_scrapes = keep
+        self._prune(st)
+
+    def _emit_sample(self, node: str, st: NodeState, t: int, end: int, s: DeviceSample, pos: SourcePos,
+                     reason: str) -> None:
+        targets = ([(s.gpu_uuid, None, reason)] if reason or self.inventory is None
+                   else sample_targets(self.inventory, st.pieces, node, t, s))
+        gap = "no PodResources evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps) else ""
+        self._emit_targets(node, t, end, s, pos, targets, gap, {} if reason else st.pieces)
+
+    def _emit_targets(self, node: str, t: int, end: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str,
+                      pieces: dict[str, list[Piece]]) -> None:
+        """One fact per capacity fact the sample's ``[t, end)`` overlaps (span = the overlap);
+        one unattributed fact over all of it where none does."""
+        per_pod = {(ns, pod): v for ns, pod, v in s.per_pod}
+        held = {}
+        for _, piece, _ in targets:
+            if piece is not None and piece.pod_uid:
+                held[piece.pod_uid] = held.get(piece.pod_uid, 0) + 1
+        for device, at_t, why in targets:
+            parts = [(max(t, p.start_ms), min(end, p.end_ms), p) for p in overlapping(pieces.get(device, ()), t, end)
+                     ] if why == "" else []
+            if not parts:
+                parts = [(t, end, at_t)]
+            for i, (a, b, piece) in enumerate(parts):
+                fact = utilization_fact(self.cluster_id, node, t, s, pos, device, a, b, piece,
+                                        why if why or piece is not None else gap_reason,
+                                        per_pod, held, len(targets))
+                self._util_out.append(fact)
+                if i == 0:  # each sample of each unit counts once, as what covers its start
+                    if fact.confidence == "unattributed":
+                        self.counters.samples_unattributed += 1
+                    else:
+                        self.counters.samples_attributed += 1
+
+    def _prune(self, st: NodeState) -> None:
+        """Forget pieces no sample can still need: a node's scrapes arrive in order, so pieces
+        ending a grace period before the oldest scrape still to come are done with."""
+        oldest = min((s[0] for s in st.pending_scrapes), default=st.dcgm_wm_ms)
+        horizon = min(oldest, st.dcgm_wm_ms) - self.node_grace_ms
+        for pieces in st.pieces.values():
+            drop_before(pieces, horizon)
+        st.gaps = [g for g in st.gaps if g[1] >= horizon]
+        if st.evidence_gaps:  # a snapshot later than the allowed lateness no longer fills a gap
+            st.evidence_gaps = [g for g in st.evidence_gaps if g[1] >= self.pr_watermark_ms - self.lateness_ms]
+
+    def prune_history(self, before_ms: int) -> int:
+        """Forget what no record within the late-data horizon can need (a shared attributor:
+        pods and namespace versions that ended, vGPU pieces and gaps, before ``before_ms``);
+        the facts about it are written. Returns the entries dropped."""
+        dropped = self.book.prune(before_ms) if self.shared is None else 0
+        for st in self.vgpu_hosts.values():
+            for pieces in st.pieces.values():
+                drop_before(pieces, before_ms)
+            st.gaps = [g for g in st.gaps if g[1] >= before_ms]
+            st.evidence_gaps = [g for g in st.evidence_gaps if g[1] >= before_ms]
+        return dropped
+
+    def forget_demand_done(self) -> None:
+        """Drop the demand already emitted for pods the book no longer holds."""
+        pods = self.book.pods
+        self.demand_done = {uid for uid in self.demand_done if uid in pods}
+
+
+
+def drop_before(pieces: list[Piece], horizon_ms: int) -> None:
+    """Drop the pieces (sorted by start) that end before the horizon."""
+    drop = 0
+    while drop < len(pieces) and pieces[drop].end_ms < horizon_ms:
+        drop += 1
+    del pieces[:drop]

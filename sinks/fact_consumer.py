@@ -1,0 +1,163 @@
+"""``gpuledger sink``: the fact topics into ClickHouse, in large columnar batches.
+
+The sink's consumer group reads the fact topics (capacity, utilization, requests, demand),
+``facts.progress`` and the reference documents. Per batch:
+
+  1. decode the facts of each kind in one call and write them (idempotent: the tables
+     deduplicate by fact id, so a batch written twice after a crash changes nothing); a row
+     the store refuses for good is bisected out and dead-lettered (sinks/isolate.py);
+  2. write the valid reference documents (inventory, rate cards, quotas, credits) and the
+     progress rows;
+  3. only then commit the batch's offsets.
+
+While the store refuses writes for a while (transient), the same batch is retried with
+exponential backoff and nothing is committed; a store that refuses every write for good
+stops the sink (exit 1) naming the table and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+from gpuledger.domain.inventory import parse_inventory
+from gpuledger.schemas import Codec
+from gpuledger.sinks.base import StoreError
+from gpuledger.sinks.fact_sink import FactSink
+from gpuledger.sinks.progress import progress_checkpoint
+from gpuledger.streams.engine import REFERENCE_PARSERS
+from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
+from gpuledger.bus.topics import Topics
+
+__all__ = ["SinkLoop", "SinkStopped"]
+
+log = logging.getLogger(__name__)
+
+
+class SinkStopped(RuntimeError):
+    """The sink stopped without writing its batch; the message says why and what to do."""
+
+
+class SinkLoop:
+    def __init__(self, bootstrap: str, topics: Topics, store, group: str, dead_letter: Callable[[str, str, bytes], None],
+                 dead_letter_flush: Callable[[], None], progress: Callable[[str], None], lock: threading.Lock,
+                 should_stop: Callable[[], bool], batch_records: int = 50_000, on_store_error=None) -> None:
+        self.bootstrap, self.topics, self.store, self.progress = bootstrap, topics, store, progress
+        self.lock, self.should_stop, self.batch_records = lock, should_stop, batch_records
+        self.on_store_error = on_store_error or (lambda transient: None)
+        self.dead_letter_flush = dead_letter_flush
+        self.facts = FactSink(store, dead_letter)
+        self.kinds = {spec.name: kind for kind, spec in topics.facts.items()}
+        self.names = [*self.kinds, topics.progress.name, topics.reference.name]
+        self.reference_codec = Codec("reference_document")
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest", "log_level": 3, "fetch.max.bytes": 52_428_800,
+                                  "max.partition.fetch.bytes": 8_388_608, "queued.max.messages.kbytes": 65_536,
+                                  "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
+                                  "max.poll.interval.ms": 900_000})
+        self.consumer.subscribe(self.names)
+        self.written = {"capacity": 0, "utilization": 0, "requests": 0, "demand": 0}
+        self.positions: dict[str, int] = {}
+        self.freshness_ms: list[int] = []  # observed_at -> written, of utilization facts (live freshness)
+        self.wall_ms = lambda: int(time.time() * 1000)
+
+    def step(self, timeout_s: float = 0.5) -> int:
+        msgs = [m for m in self.consumer.consume(num_messages=self.batch_records, timeout=timeout_s) if not m.error()]
+        if not msgs:
+            return 0
+        by_kind: dict[str, list[bytes]] = {}
+        progress, references = [], []
+        for m in msgs:
+            topic = m.topic()
+            kind = self.kinds.get(topic)
+            if kind is not None:
+                by_kind.setdefault(kind, []).append(m.value())
+            elif topic == self.topics.progress.name:
+                progress.append(orjson.loads(m.value()))
+            else:
+                references.append(m.value())
+        self._write(by_kind, progress, references)
+        offsets: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            offsets[(m.topic(), m.partition())] = m.offset() + 1
+        commit_offsets(self.consumer, [TopicPartition(t, p, o) for (t, p), o in offsets.items()], self.progress)
+        for (t, p), o in offsets.items():
+            self.positions[f"{t}:{p}"] = o
+        return len(msgs)
+
+    def _write(self, by_kind: dict[str, list[bytes]], progress: list[dict], references: list[bytes]) -> None:
+        delay, down_since = 0.5, None
+        while True:
+            try:
+                with self.lock:
+                    counts = self.facts.write([(k, v) for k, vs in by_kind.items() for v in vs])
+                    self._references(references)
+                    for part in progress:
+                        self.store.save_checkpoint(*progress_checkpoint(part))
+                self.dead_letter_flush()
+                break
+            except StoreError as exc:
+                self.on_store_error(exc.transient)
+                if not exc.transient:
+                    table = f"{self.store.db}.{exc.table}" if exc.table else "the store"
+                    raise SinkStopped(
+                        f"sink: ClickHouse refuses every write to {table}, whatever the rows: {exc}. Fix: make {table} "
+                        "writable again (a dropped table is re-created by starting `gpuledger process`, which creates "
+                        "missing tables; check grants and the DSN), then start again: nothing unwritten was "
+                        "committed, so it resumes there and loses nothing") from exc
+                down_since = down_since or time.monotonic()
+                if self.should_stop():
+                    raise SinkStopped(f"sink: stopped while ClickHouse refused writes ({exc}); nothing unwritten was "
+                                      "committed, so starting again resumes there and loses nothing") from exc
+                self.progress(f"sink: ClickHouse unavailable for {time.monotonic() - down_since:.0f}s ({exc}); "
+                              f"retrying in {delay:.1f}s")
+                end = time.monotonic() + delay
+                while time.monotonic() < end and not self.should_stop():
+                    time.sleep(0.1)
+                delay = min(delay * 2, 5.0)
+        if down_since is not None:
+            self.progress(f"sink: ClickHouse back after {time.monotonic() - down_since:.0f}s; nothing lost")
+        for kind, n in counts.items():
+            self.written[kind] = self.written.get(kind, 0) + n
+
+    def _references(self, values: list[bytes]) -> None:
+        for raw in values:
+            try:
+                r = self.reference_codec.decode(raw)
+                parse = REFERENCE_PARSERS[r["kind"]]
+                doc = orjson.loads(r["document_json"])
+                parsed = parse(doc)
+            except Exception:  # noqa: BLE001 — refused: the worker dead-letters it; the previous one stays
+                continue
+            if r["kind"] == "inventory":
+                self.store.write_inventory(r["cluster_id"], parsed if parsed is not None else parse_inventory(doc),
+                                           r["observed_at_ms"])
+            else:
+                self.store.write_reference(r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"])
+
+    def ends(self) -> dict[str, int]:
+        return {k: high for k, (_, high) in read_extents(self.bootstrap, self.names).items()}
+
+    def drain(self, ends: dict[str, int]) -> None:
+        """Write everything up to ``ends`` (the fact topics' end offsets once the workers finished)."""
+        left = {k: v for k, v in ends.items() if v > 0}
+        while not self.should_stop():
+            self.step()
+            if all(self._committed(k) >= v for k, v in left.items()):
+                return
+
+    def _committed(self, key: str) -> int:
+        if key in self.positions:
+            return self.positions[key]
+        topic, p = key.rsplit(":", 1)
+        tp = committed_offsets(self.consumer, [TopicPartition(topic, int(p))])[0]
+        self.positions[key] = max(tp.offset, 0)
+        return self.positions[key]
+
+    def close(self) -> None:
+        self.consumer.close()

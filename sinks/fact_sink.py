@@ -1,0 +1,108 @@
+"""The end of the fact topics: values read from Kafka -> facts -> the store.
+
+``FactSink.write`` takes a poll's worth of ``(kind, value)`` messages, decodes each kind's
+values in one call (streams/fact_codec.py) and writes every fact in one batch through
+``write_isolating`` (sinks/isolate.py), so:
+
+- a value that is not a fact of its kind (bad bytes, an unknown kind, a NaN) is dead-lettered
+  with the reason and skipped; the rest are written;
+- a row the store refuses for good is found by bisection and dead-lettered alone, as the raw
+  value it came in, under the source record it was derived from; the rest are written;
+- a store that refuses the table whatever the rows raises ``PermanentStoreError`` and one that
+  is down raises a transient ``StoreError``: nothing is dead-lettered for that, and the caller
+  writes the same messages again (facts are idempotent: a rewrite changes nothing; a dead
+  letter for an undecodable value may then repeat, a fact is never lost). Kafka offsets are
+  committed only after ``write`` returns.
+
+Dead-letter reasons follow the processor's: ``"FactCodecError: ..."`` for a value that could
+not be decoded, ``"StoreRejected: <table> row <fact_id>: ..."`` for a refused row. The source
+is ``"<src_topic>/<partition>@<offset>"`` of the record the fact came from when it carries one,
+else ``"<kind>:<fact_id>"``; for an undecodable value, ``"<kind>#<i>"``, ``i`` its index in
+``messages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gpuledger.domain.facts import FactBatch
+from gpuledger.sinks.base import FactStore, PermanentStoreError
+from gpuledger.sinks.isolate import TABLES, write_isolating
+from gpuledger.streams.fact_codec import FACT_KINDS, decode_facts
+
+__all__ = ["DeadLetter", "FactSink"]
+
+DeadLetter = Callable[[str, str, bytes], None]  # (source, reason, raw)
+_KIND_OF_TABLE = {table: kind for kind, table in TABLES.items()}
+
+
+class _Decoded:
+    """One kind's values of one write: the facts, and the raw value of each (for dead letters)."""
+
+    def __init__(self, values: list[bytes]) -> None:
+        self.values, self.bad = values, set()
+        self.facts: list = []
+        self._raw_of: dict[int, bytes] | None = None
+
+    def raw(self, fact) -> bytes:
+        if self._raw_of is None:  # only once a row is refused: the common write never pays for it
+            good = [v for i, v in enumerate(self.values) if i not in self.bad]
+            self._raw_of = {id(f): v for f, v in zip(self.facts, good)}
+        return self._raw_of.get(id(fact), b"")
+
+
+class FactSink:
+    """Writes decoded facts to ``store``; hands what it cannot write to ``dead_letter``."""
+
+    def __init__(self, store: FactStore, dead_letter: DeadLetter) -> None:
+        self.store, self.dead_letter = store, dead_letter
+        self.undecodable = 0  # values dead-lettered because they are not facts (over the sink's life)
+        self.refused = 0  # rows dead-lettered because the store refused them for good
+
+    def write(self, messages: Iterable[tuple[str, bytes]]) -> dict[str, int]:
+        """Decode and write ``messages``; returns the facts written per kind (every kind of
+        ``FACT_KINDS`` present, 0 when none). Raises ``StoreError`` as described above."""
+        values: dict[str, list[bytes]] = {k: [] for k in FACT_KINDS}
+        index: dict[str, list[int]] = {k: [] for k in FACT_KINDS}
+        for i, (kind, value) in enumerate(messages):
+            bucket = values.get(kind)
+            if bucket is None:
+                self._undecodable(f"{kind}#{i}", f"unknown fact kind {kind!r}; kinds are {', '.join(FACT_KINDS)}",
+                                  value)
+                continue
+            bucket.append(value)
+            index[kind].append(i)
+
+        decoded: dict[str, _Decoded] = {}
+        for kind in FACT_KINDS:
+            d = decoded[kind] = _Decoded(values[kind])
+            if d.values:
+                def bad(j: int, raw: bytes, reason: str, d=d, at=index[kind], kind=kind) -> None:
+                    d.bad.add(j)
+                    self._undecodable(f"{kind}#{at[j]}", reason, raw)
+                d.facts = decode_facts(kind, d.values, bad)
+
+        refused = dict.fromkeys(FACT_KINDS, 0)
+
+        def reject(table: str, fact, exc: PermanentStoreError) -> None:
+            kind = _KIND_OF_TABLE[table]
+            refused[kind] += 1
+            self.refused += 1
+            self.dead_letter(_source(kind, fact), f"StoreRejected: {table} row {fact.fact_id}: {exc}",
+                             decoded[kind].raw(fact))
+
+        batch = FactBatch(**{k: decoded[k].facts for k in FACT_KINDS})
+        if any(decoded[k].facts for k in FACT_KINDS):
+            write_isolating(self.store, batch, reject)
+        return {k: len(decoded[k].facts) - refused[k] for k in FACT_KINDS}
+
+    def _undecodable(self, source: str, reason: str, raw: bytes) -> None:
+        self.undecodable += 1
+        self.dead_letter(source, f"FactCodecError: {reason}", bytes(raw or b""))
+
+
+def _source(kind: str, fact) -> str:
+    topic = getattr(fact, "src_topic", "")
+    if topic:
+        return f"{topic}/{fact.src_partition}@{fact.src_offset}"
+    return f"{kind}:{fact.fact_id}"

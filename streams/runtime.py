@@ -1,0 +1,401 @@
+"""``gpuledger worker``: one attribution worker of a consumer group; run as many as there are
+source partitions to spread (``gpuledger process --workers N``, or N pods of a Deployment).
+
+One consume loop serves live processing, replay and the tests. The group consumer reads the
+partitioned source topics (PodResources, DCGM, vGPU, requests); Kafka's range assignment
+gives a worker partition ``n`` of every one of them together: unit ``n``
+(streams/engine.py). A second consumer, outside the group, reads the broadcast topics (watch,
+reference documents, vGPU) in full.
+
+Offsets follow durability. Every ``checkpoint_interval_s``, when a rebalance takes units away
+and when caught up:
+
+  1. the facts produced since the last commit are flushed to the fact topics and
+     acknowledged by every in-sync replica (acks=all), with the dead letters;
+  2. each unit's state, with the next offset of every partition it reflects, is written to
+     its partition of the unit changelog, the broadcast's state to its changelog, and each
+     unit's progress to ``facts.progress``; flushed and acknowledged;
+  3. only then are the units' source offsets committed to the group.
+
+A unit that is assigned (at start, or moved here by a rebalance) is read from its changelog
+and its partitions are read from the offsets in it: the committed offsets are never ahead of
+it (3 follows 2), so nothing is skipped; facts produced after the snapshot are produced again
+with the same fact ids, and the sink writes them idempotently. Units that stay are kept in
+memory; only moved units are loaded.
+
+Reading is paced by event time (the records' Kafka timestamps = ``observed_at``): a
+partition whose latest record is more than ``read_ahead_s`` ahead of the slowest partition
+not yet at its end is paused until the others catch up, so memory does not depend on how the
+broker happens to hand out fetches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from gpuledger.config import Settings
+from gpuledger.domain.attribution import NEG_INF
+from gpuledger.bus.dead_letter import DeadLetters
+from gpuledger.bus.publisher import KafkaPublisher
+from gpuledger.bus.changelog import Changelog
+from gpuledger.streams.engine import Engine
+from gpuledger.streams.fact_codec import encode_batch
+from gpuledger.streams.metrics import WorkerMetrics
+from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
+from gpuledger.bus.topics import STATE_MAX_BYTES, Topics
+
+__all__ = ["WorkerJob", "run_worker"]
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What a worker reads and where it writes: live processing, or a replay's job."""
+
+    topics: Topics
+    group: str
+    until_caught_up: bool
+    stop_offsets: dict[str, int] | None = None  # "topic:partition" -> stop before; None = live (or highs at start)
+
+
+class _Stop(Exception):
+    pass
+
+
+class Worker:
+    def __init__(self, settings: Settings, job: WorkerJob, progress: Callable[[str], None],
+                 wall_ms: Callable[[], int], should_stop: Callable[[], bool]) -> None:
+        self.s, self.job, self.progress, self.should_stop = settings, job, progress, should_stop
+        t = self.topics = job.topics
+        self.metrics = WorkerMetrics()
+        self.publisher = KafkaPublisher(settings.kafka_bootstrap)
+        self.dead = DeadLetters(self.publisher, t.dead_letter.name, wall_ms)
+        self.engine = Engine(t, self.metrics.counting_dead_letters(self.dead.send), int(settings.stale_ceiling_s * 1000),
+                             int(settings.podresources_grace_s * 1000), int(settings.max_future_skew_s * 1000),
+                             int(settings.allowed_lateness_s * 1000))
+        self.producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
+                                  "acks": "all", "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
+                                  "message.max.bytes": STATE_MAX_BYTES + 1_000_000, "log_level": 3,
+                                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
+        self.changelog = Changelog(settings.kafka_bootstrap, t, self.producer)
+        self.unit_topics = list(self.engine.unit_topics)
+        self.bcast_topics = list(self.engine.broadcast_topics)
+        self.paced = {t.k8s.name, t.podresources.name, t.dcgm.name, t.vgpu.name, t.requests.name}
+        self.heads: dict[tuple[str, int], int] = {}  # (topic, partition) -> latest event time read
+        self.paused: set[tuple[str, int]] = set()
+        self.owned: set[int] = set()
+        self.dirty: set[int] = set()
+        self.closing = False
+        self.stats = {"records": 0, "facts": 0, "commits": 0}
+        self.last_commit = self.started = time.monotonic()
+        self.delivery_errors: list[str] = []
+        base = {"bootstrap.servers": settings.kafka_bootstrap, "enable.auto.commit": False, "log_level": 3,
+                "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608,
+                "queued.max.messages.kbytes": 32_768, "fetch.wait.max.ms": 100,
+                "auto.offset.reset": "earliest", "enable.partition.eof": False}
+        self.group = Consumer({**base, "group.id": job.group, "partition.assignment.strategy": "range",
+                               "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
+                               "max.poll.interval.ms": 600_000})
+        self.bc = Consumer({**base, "group.id": f"{job.group}-broadcast-reader"})
+        self.extents: dict[str, tuple[int, int]] = {}
+        self.highs: dict[str, int] = {}
+
+    # -- positions -------------------------------------------------------------------
+    def _refresh_extents(self) -> None:
+        names = sorted(set(self.unit_topics) | set(self.bcast_topics))
+        self.extents = read_extents(self.s.kafka_bootstrap, names)
+        stop = self.job.stop_offsets
+        if stop is not None:
+            self.extents = {k: (low, min(high, stop.get(k, low))) for k, (low, high) in self.extents.items()}
+        self.engine.extents = self.extents
+        if self.job.until_caught_up and not self.highs:
+            self.highs = {k: high for k, (_, high) in self.extents.items()}
+        self._positions()
+
+    def _positions(self) -> None:
+        """Lag per partition and the newest event time per source topic, for /metrics."""
+        times = dict(self.engine.bcast.partition_wm)  # event times of records taken (not of refused ones)
+        for n in self.owned:
+            unit = self.engine.units.get(n)
+            if unit is not None:
+                times.update({f"{t}:{n}": ts for t, ts in unit.wm.items()})
+        self.metrics.positions(self.extents, self._next_offsets(), times, self.paced)
+
+    def _next_offsets(self) -> dict[str, int]:
+        out = dict(self.engine.bcast.next_offsets)
+        for n in self.owned:
+            u = self.engine.units.get(n)
+            if u is not None:
+                out.update(u.next_offsets)
+        return out
+
+    def _end(self, key: str) -> int:
+        if self.job.until_caught_up or self.job.stop_offsets is not None:
+            return self.highs.get(key, self.extents.get(key, (0, 0))[1])
+        return self.extents.get(key, (0, 0))[1]
+
+    # -- rebalance -----------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.closing:  # an assignment served while leaving the group: nothing to take on
+            return
+        numbers = sorted({tp.partition for tp in partitions})
+        committed = {f"{tp.topic}:{tp.partition}": tp.offset for tp in committed_offsets(consumer, partitions)}
+        rebuild = False
+        for n in numbers:
+            unit = self.engine.units.get(n)
+            keep = unit is not None and n not in self.dirty and all(
+                unit.next_offsets.get(f"{t}:{n}", 0) == max(committed.get(f"{t}:{n}", 0), 0) for t in self.unit_topics
+                if f"{t}:{n}" in unit.next_offsets)
+            if not keep:
+                state = self.changelog.read_unit(n)
+                rebuild |= not self.engine.add_unit(n, state)
+                self.progress(f"worker: unit {n} {'restored from its changelog' if state else 'starts empty'}")
+        for n in list(self.engine.units):
+            if n not in numbers:
+                self.engine.drop_unit(n)
+        self.owned, self.dirty = set(numbers), set()
+        self.engine.held = set(numbers)
+        for tp in partitions:
+            unit = self.engine.units[tp.partition]
+            tp.offset = unit.next_offsets.get(f"{tp.topic}:{tp.partition}", OFFSET_BEGINNING)
+        consumer.assign(partitions)
+        consumer.resume(partitions)  # librdkafka keeps a partition's pause across assignments: start even
+        self.paused = {k for k in self.paused if k[0] not in self.unit_topics}
+        for tp in partitions:
+            self.heads[(tp.topic, tp.partition)] = self.engine.units[tp.partition].wm.get(tp.topic, NEG_INF)
+        if rebuild:
+            self.progress("worker: a moved unit needs watch history this worker forgot; reading the broadcast again")
+            self._start_broadcast(None)
+        self.progress(f"worker: holds units {numbers}")
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not self.closing:  # leaving: the last commit was just made
+            self._commit(self.owned)
+        self.owned = set()
+
+    # -- broadcast -----------------------------------------------------------------------
+    def _start_broadcast(self, state: dict | None) -> None:
+        self.engine.reset_broadcast(state)
+        md = self.bc.list_topics(timeout=10).topics
+        tps = []
+        for name in self.bcast_topics:
+            for p in sorted(md[name].partitions):
+                tps.append(TopicPartition(name, p, self.engine.bcast.next_offsets.get(f"{name}:{p}", OFFSET_BEGINNING)))
+        self.bc.assign(tps)
+        self.bc.resume(tps)
+        self.paused = {k for k in self.paused if k[0] not in self.bcast_topics or k[0] in self.unit_topics}
+        for k in list(self.heads):
+            if k[0] in self.bcast_topics and k[0] not in self.unit_topics:
+                del self.heads[k]
+
+    # -- the commit protocol ---------------------------------------------------------------
+    def _produce_facts(self) -> None:
+        batch = self.engine.advance()
+        encoded = encode_batch(batch)
+        facts = self.topics.facts
+        for kind, key, value in encoded:
+            while True:
+                try:
+                    self.producer.produce(facts[kind].name, value=value, key=key, on_delivery=self._delivered)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        self.producer.poll(0)
+        self.stats["facts"] += len(encoded)
+        self.metrics.flushed(len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand),
+                             self.engine.pending_samples(), 0.0)
+        self.metrics.skipped(self.engine.take_series_skipped())
+        self.engine.take_references()  # the sink reads the reference topic itself
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.delivery_errors.append(f"{msg.topic()}: {err}")
+
+    def _flush(self) -> None:
+        left = self.producer.flush(120)
+        if left or self.delivery_errors:
+            raise KafkaException(f"{left} records undelivered after 120 s; first error: "
+                                 f"{self.delivery_errors[:1] or 'none'}: is the broker up?")
+        self.dead.flush()
+
+    def _commit(self, numbers: set[int]) -> None:
+        self._flush()  # 1. facts and dead letters acknowledged
+        for n in sorted(numbers):
+            if n in self.engine.units:
+                self.changelog.write_unit(n, self.engine.unit_state(n))  # 2. state + its offsets
+        self.changelog.write_broadcast(self.engine.broadcast_state())
+        for part in self.engine.progress():
+            if part["part"] != "broadcast" and int(part["part"].split("-")[1]) not in numbers:
+                continue
+            self.producer.produce(self.topics.progress.name, key=part["part"].encode(), value=orjson.dumps(part),
+                                  on_delivery=self._delivered)
+        self._flush()
+        offsets = [TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1]), v)
+                   for n in sorted(numbers) if n in self.engine.units
+                   for k, v in self.engine.units[n].next_offsets.items()]
+        if offsets:
+            commit_offsets(self.group, offsets, self.progress)  # 3. only now
+        self.dirty -= numbers
+        self.stats["commits"] += 1
+        self.last_commit = time.monotonic()
+
+    # -- pacing ---------------------------------------------------------------------------
+    def _pace(self) -> None:
+        nxt = self._next_offsets()
+        floor = None
+        live = []
+        for (topic, p), consumer in self._paced_partitions():
+            key = f"{topic}:{p}"
+            if nxt.get(key, self.extents.get(key, (0, 0))[0]) >= self._end(key):
+                if (topic, p) in self.paused:
+                    self._resume(consumer, topic, p)
+                continue
+            head = self.heads.get((topic, p), NEG_INF)
+            live.append(((topic, p), consumer, head))
+            floor = head if floor is None else min(floor, head)
+        if floor is None:
+            return
+        window = int(self.s.read_ahead_s * 1000)
+        for tp, consumer, head in live:
+            if head > floor + window and tp not in self.paused:
+                consumer.pause([TopicPartition(*tp)])
+                self.paused.add(tp)
+            elif head <= floor + window and tp in self.paused:
+                self._resume(consumer, *tp)
+
+    def _resume(self, consumer: Consumer, topic: str, p: int) -> None:
+        consumer.resume([TopicPartition(topic, p)])
+        self.paused.discard((topic, p))
+
+    def _paced_partitions(self):
+        for n in self.owned:
+            for topic in self.unit_topics:
+                if topic in self.paced:
+                    yield (topic, n), self.group
+        for key in self.extents:
+            topic, p = key.rsplit(":", 1)
+            if topic in self.bcast_topics and topic not in self.unit_topics and topic in self.paced:
+                yield (topic, int(p)), self.bc
+
+    # -- the loop ---------------------------------------------------------------------------
+    def caught_up(self) -> bool:
+        """Every partition this job reads is read to its end: the owned units by this worker,
+        the others by the group (committed offsets), and the broadcast."""
+        nxt = self._next_offsets()
+        for key in self.extents:
+            topic, p = key.rsplit(":", 1)
+            if topic in self.unit_topics and int(p) not in self.owned:
+                continue
+            if nxt.get(key, self.extents[key][0]) < self._end(key):
+                return False
+        others = [TopicPartition(t, n) for t in self.unit_topics for n in range(self.topics.podresources.partitions)
+                  if n not in self.owned]
+        if others:
+            for tp in committed_offsets(self.group, others):
+                key = f"{tp.topic}:{tp.partition}"
+                if max(tp.offset, self.extents.get(key, (0, 0))[0]) < self._end(key):
+                    return False
+        return True
+
+    def run(self) -> int:
+        self._refresh_extents()
+        self._start_broadcast(self.changelog.read_broadcast())
+        self.group.subscribe(self.unit_topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        last_extents = last_report = started = time.monotonic()
+        batch = self.s.batch_max_records
+        try:
+            while not self.should_stop():
+                got = 0
+                for consumer, handle in ((self.bc, self._broadcast_record), (self.group, self._unit_record)):
+                    msgs = consumer.consume(num_messages=batch, timeout=0.05 if consumer is self.bc else 0.2)
+                    counted: dict[str, int] = {}
+                    for msg in msgs:
+                        if msg.error():
+                            continue
+                        topic = handle(msg)
+                        if topic:
+                            counted[topic] = counted.get(topic, 0) + 1
+                    self.metrics.consumed_counts(counted)
+                    got += len(msgs)
+                self.stats["records"] += got
+                self._produce_facts()
+                self._pace()
+                now = time.monotonic()
+                if now - last_extents >= 5.0 and not self.job.until_caught_up and self.job.stop_offsets is None:
+                    self._refresh_extents()
+                    last_extents = now
+                if now - self.last_commit >= self.s.checkpoint_interval_s and self.owned:
+                    self._commit(set(self.owned))
+                if now - last_report >= 2.0:
+                    last_report = now
+                    self._report()
+                    self._positions()
+                if got == 0 and (self.job.until_caught_up or self.job.stop_offsets is not None) \
+                        and now - started >= 1.0 and self.caught_up():
+                    if self.owned:
+                        self._commit(set(self.owned))
+                    if self.caught_up():
+                        self._report()
+                        self._positions()
+                        self.progress("worker: caught up")
+                        return 0
+            self._commit(set(self.owned))
+            return 0
+        finally:
+            self.closing = True
+            for consumer in (self.group, self.bc):
+                try:
+                    consumer.close()
+                except KafkaException as exc:  # leaving after the last commit: nothing left to lose
+                    log.warning("worker: closing a consumer: %s", exc)
+
+    def _unit_record(self, msg) -> None:
+        topic, p = msg.topic(), msg.partition()
+        if p not in self.owned:
+            return None  # fetched before a rebalance moved the unit away
+        stop = self._end(f"{topic}:{p}") if self.job.stop_offsets is not None else None
+        if stop is not None and msg.offset() >= stop:
+            return None
+        if self.engine.handle_unit(topic, p, msg.offset(), msg.value()):
+            self.dirty.add(p)
+        ts = msg.timestamp()[1]
+        if ts > self.heads.get((topic, p), NEG_INF):
+            self.heads[(topic, p)] = ts
+        return topic
+
+    def _broadcast_record(self, msg) -> None:
+        topic, p = msg.topic(), msg.partition()
+        if self.job.stop_offsets is not None and msg.offset() >= self._end(f"{topic}:{p}"):
+            return None
+        self.engine.handle_broadcast(topic, p, msg.offset(), msg.value(), dead_letter=topic not in self.unit_topics)
+        if topic not in self.unit_topics:
+            ts = msg.timestamp()[1]
+            if ts > self.heads.get((topic, p), NEG_INF):
+                self.heads[(topic, p)] = ts
+            return topic
+        return None
+
+    def _report(self) -> None:
+        nxt = self._next_offsets()
+        left = sum(max(0, self._end(k) - nxt.get(k, low)) for k, (low, _) in self.extents.items()
+                   if k.rsplit(":", 1)[0] in self.bcast_topics or int(k.rsplit(":", 1)[1]) in self.owned)
+        rate = self.stats["records"] / max(time.monotonic() - self.started, 1e-9)
+        eta = f", ETA {left / rate:,.0f} s" if rate > 0 and (self.job.until_caught_up or self.job.stop_offsets) else ""
+        self.progress(f"worker: {self.stats['records']} records ({rate:,.0f}/s), {self.stats['facts']} facts, "
+                      f"{self.engine.pending_samples()} samples waiting, units {sorted(self.owned)}, "
+                      f"{left} records to go{eta}, {len(self.paused)} partitions paused ahead")
+
+
+def run_worker(settings: Settings, job: WorkerJob, progress: Callable[[str], None], wall_ms: Callable[[], int],
+               should_stop: Callable[[], bool]) -> int:
+    worker = Worker(settings, job, progress, wall_ms, should_stop)
+    if settings.worker_metrics_port >= 0:
+        port = worker.metrics.serve(settings.worker_metrics_port, settings.metrics_addr)
+        progress(f"worker: metrics at http://{settings.metrics_addr}:{port}/metrics")
+    return worker.run()

@@ -1,0 +1,180 @@
+"""``gpuledger process``: the sink and N attribution workers, on one machine.
+
+The embedded engine (chdb) can be opened by one process only, so this process runs the sink
+(sinks/fact_consumer.py), owns the engine and serves its queries (``POST /query`` on
+127.0.0.1, announced in ``HOME/process.json``); the workers (streams/runtime.py) run as child
+processes of one consumer group, each with its own memory and CPU, and die with this process.
+With a ClickHouse server the same parts run apart: ``gpuledger worker`` (scale it out) and
+``gpuledger sink``.
+
+``--until-caught-up``: the workers exit once every source partition is read to where it
+ended when they started; the sink then writes the fact topics to their ends and exits 0.
+A worker that fails stops the whole process (exit 1): nothing unwritten was committed, so
+starting again resumes where the changelogs stand.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from gpuledger.config import Settings
+from gpuledger.bus.dead_letter import DeadLetters
+from gpuledger.bus.publisher import KafkaPublisher
+from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.sinks.fact_consumer import SinkLoop, SinkStopped
+from gpuledger.sinks.failpoint import OutageStore
+from gpuledger.sinks.query_server import QueryServer
+from gpuledger.streams.metrics import WorkerMetrics
+from gpuledger.bus.topics import Topics, ensure_topics, topics_for
+
+__all__ = ["child_env", "run_process", "run_sink", "spawn_workers"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def child_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment that gives a child process the same settings as this one."""
+    env = dict(os.environ)
+    for name in type(settings).model_fields:
+        key = f"GPULEDGER_{name.upper()}"
+        value = getattr(settings, name)
+        if value is None:
+            env.pop(key, None)
+        elif isinstance(value, (tuple, list, dict)):
+            env[key] = orjson.dumps(value).decode()
+        elif isinstance(value, bool):
+            env[key] = "true" if value else "false"
+        else:
+            env[key] = str(value)
+    env.update(extra)
+    return env
+
+
+def spawn_workers(settings: Settings, n: int, args: list[str], progress: Callable[[str], None]) -> list[subprocess.Popen]:
+    procs = []
+    for i in range(n):
+        extra = {}
+        if settings.worker_metrics_port > 0:
+            extra["GPULEDGER_WORKER_METRICS_PORT"] = str(settings.worker_metrics_port + i)
+        procs.append(subprocess.Popen([sys.executable, "-m", "gpuledger", "worker", *args],
+                                      env=child_env(settings, **extra), preexec_fn=_die_with_parent))
+    progress(f"process: {n} worker(s) started (pids {', '.join(str(p.pid) for p in procs)})")
+    return procs
+
+
+def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Callable[[str], None],
+             wall_ms: Callable[[], int], should_stop: Callable[[], bool], lock: threading.Lock,
+             workers: list[subprocess.Popen] | None, until_caught_up: bool) -> int:
+    """The sink loop; with ``workers``, until they exit (then drain when caught up)."""
+    metrics = WorkerMetrics()
+    if settings.sink_metrics_port >= 0:
+        progress(f"sink: metrics at http://{settings.metrics_addr}:{metrics.serve(settings.sink_metrics_port, settings.metrics_addr)}"
+                 "/metrics")
+    publisher = KafkaPublisher(settings.kafka_bootstrap)
+    dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
+    sink = SinkLoop(settings.kafka_bootstrap, topics, store, group, metrics.counting_dead_letters(dead.send),
+                    dead.flush, progress, lock, should_stop, settings.sink_batch_records, metrics.store_error)
+    last = 0.0
+    try:
+        while True:
+            sink.step()
+            if time.monotonic() - last >= 2.0:
+                last = time.monotonic()
+                w = sink.written
+                progress(f"sink: {w['capacity']} capacity + {w['utilization']} utilization + {w['requests']} request "
+                         f"+ {w['demand']} demand facts written")
+            if should_stop():
+                return 0
+            if workers is None:
+                continue
+            codes = [p.poll() for p in workers]
+            failed = [(p.pid, c) for p, c in zip(workers, codes) if c not in (None, 0)]
+            if failed:
+                progress(f"process: worker(s) failed ({', '.join(f'pid {pid} exit {c}' for pid, c in failed)}); "
+                         "stopping. Nothing unwritten was committed: starting again resumes from the changelogs")
+                return 1
+            if all(c == 0 for c in codes):
+                if not until_caught_up:
+                    progress("process: the workers stopped")
+                    return 1
+                sink.drain(sink.ends())
+                w = sink.written
+                progress(f"sink: {w['capacity']} capacity + {w['utilization']} utilization + {w['requests']} request "
+                         f"+ {w['demand']} demand facts written; caught up")
+                return 0
+    except SinkStopped as exc:
+        progress(str(exc))
+        return 1
+    finally:
+        sink.close()
+
+
+def run_process(settings: Settings, until_caught_up: bool, workers: int, progress: Callable[[str], None],
+                wall_ms: Callable[[], int]) -> int:
+    topics = topics_for(settings)
+    ensure_topics(settings.kafka_bootstrap, topics)
+    store = ClickHouseStore(settings.effective_dsn())
+    store.ensure_schema()
+    if settings.failpoint_store_outage:  # fault injection for the fault suite: writes refused for a while
+        store = OutageStore(store, *settings.failpoint_store_outage, time.monotonic)
+    lock = threading.Lock()
+    server = QueryServer(store, lock, settings.query_port).start()
+    marker = Path(settings.home) / "process.json"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_bytes(orjson.dumps({"pid": os.getpid(), "query_url": f"http://127.0.0.1:{server.port}/query",
+                                     "dsn": settings.effective_dsn()}))
+    stopping = threading.Event()
+    procs: list[subprocess.Popen] = []
+
+    def on_signal(signum, _frame) -> None:
+        stopping.set()
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        procs += spawn_workers(settings, workers, ["--until-caught-up"] if until_caught_up else [], progress)
+
+        def should_stop() -> bool:  # asked to stop: once the workers are gone, the sink stops too
+            return stopping.is_set() and all(p.poll() is not None for p in procs)
+        code = run_sink(settings, topics, store, f"{settings.topic_prefix}-sink", progress, wall_ms, should_stop,
+                        lock, procs or None, until_caught_up and bool(procs))
+        if stopping.is_set():
+            codes = [p.wait() for p in procs]
+            code = code or next((c for c in codes if c), 0)
+            if until_caught_up and not code:
+                progress("process: stopped before catching up; starting again resumes where it stopped")
+                code = 1
+        return code
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        marker.unlink(missing_ok=True)
+        server.stop()
+        store.close()
