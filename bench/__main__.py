@@ -4,8 +4,9 @@ capture's month into a shadow database (read, attribute, write, build the ledger
 in one run.
 
 Both read the same records from the real broker. The attribution path is the real
-``gpuledger process --until-caught-up`` (faust worker, parsing, as-of join, ClickHouse
-writes, checkpoints), timed from start to exit, start-up included.
+``gpuledger process --until-caught-up`` (one worker: parsing, as-of join, facts to the fact
+topics, changelog commits; the sink: ClickHouse writes), timed from start to exit, start-up
+included. Fleet scale: ``bench/fleet.py`` (``make bench-fleet``).
 """
 
 from __future__ import annotations

@@ -107,8 +107,8 @@ class SinkLoop:
                     table = f"{self.store.db}.{exc.table}" if exc.table else "the store"
                     raise SinkStopped(
                         f"sink: ClickHouse refuses every write to {table}, whatever the rows: {exc}. Fix: make {table} "
-                        "writable again (a dropped table is re-created by starting `gpuledger process`, which creates "
-                        "missing tables; check grants and the DSN), then start again: nothing unwritten was "
+                        "writable again (a dropped table is re-created by starting `gpuledger process` or `gpuledger "
+                        "sink`, which create missing tables; check grants and the DSN), then start again: nothing unwritten was "
                         "committed, so it resumes there and loses nothing") from exc
                 down_since = down_since or time.monotonic()
                 if self.should_stop():

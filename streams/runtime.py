@@ -82,7 +82,9 @@ class Worker:
         self.producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
                                   "message.max.bytes": STATE_MAX_BYTES + 1_000_000, "log_level": 3,
-                                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
+                                  # a bounded queue: when the broker falls behind, producing waits (backpressure)
+                                  "queue.buffering.max.messages": 200_000,
+                                  "queue.buffering.max.kbytes": 2 * STATE_MAX_BYTES // 1024})
         self.changelog = Changelog(settings.kafka_bootstrap, t, self.producer)
         self.unit_topics = list(self.engine.unit_topics)
         self.bcast_topics = list(self.engine.broadcast_topics)
@@ -200,18 +202,21 @@ class Worker:
         encoded = encode_batch(batch)
         facts = self.topics.facts
         for kind, key, value in encoded:
-            while True:
-                try:
-                    self.producer.produce(facts[kind].name, value=value, key=key, on_delivery=self._delivered)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
+            self._produce(facts[kind].name, key, value)
         self.producer.poll(0)
         self.stats["facts"] += len(encoded)
         self.metrics.flushed(len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand),
                              self.engine.pending_samples(), 0.0)
         self.metrics.skipped(self.engine.take_series_skipped())
         self.engine.take_references()  # the sink reads the reference topic itself
+
+    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, on_delivery=self._delivered)
+                return
+            except BufferError:  # the queue is full: wait for the broker to take some
+                self.producer.poll(0.05)
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
@@ -233,8 +238,7 @@ class Worker:
         for part in self.engine.progress():
             if part["part"] != "broadcast" and int(part["part"].split("-")[1]) not in numbers:
                 continue
-            self.producer.produce(self.topics.progress.name, key=part["part"].encode(), value=orjson.dumps(part),
-                                  on_delivery=self._delivered)
+            self._produce(self.topics.progress.name, part["part"].encode(), orjson.dumps(part))
         self._flush()
         offsets = [TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1]), v)
                    for n in sorted(numbers) if n in self.engine.units
