@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 KAFKA_LIBS := .cache/kafka-3.9.2/libs
 export GPULEDGER_KAFKA_LIBS ?= $(CURDIR)/$(KAFKA_LIBS)
 
-.PHONY: setup demo test unit integration faults bench bench-fleet stack-up stack-down kafka-jars tools test-clickhouse-server clean
+.PHONY: setup demo test unit integration faults bench bench-fleet stack-up stack-down kafka-jars tools test-clickhouse-server clean env
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -32,8 +32,9 @@ demo: setup
 	$(BIN)/gpuledger demo
 
 # Debian packages the tests run: chromium (renders a statement), promtool and amtool (check
-# and unit-test the alert rules and the Alertmanager routing).
-TOOLS := chromium:chromium promtool:prometheus amtool:prometheus-alertmanager
+# and unit-test the alert rules and the Alertmanager routing), openssl (the certificates of
+# the broker the SASL over TLS test starts).
+TOOLS := chromium:chromium promtool:prometheus amtool:prometheus-alertmanager openssl:openssl
 tools:
 	@missing=""; for t in $(TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
 	[ -z "$$missing" ] || { \
@@ -70,6 +71,20 @@ FLEET_GPUS ?= 1024
 FLEET_HOURS ?= 1
 bench-fleet: setup
 	$(BIN)/python -m gpuledger.bench.fleet --gpus $(FLEET_GPUS) --hours $(FLEET_HOURS) --cadence-s 10 --workers 1,2
+
+# The secrets of the compose stack (docker-compose.yml requires every one): random values,
+# written once to .env with mode 0600 and never overwritten (.gitignore keeps it out of git).
+# Hex: safe unquoted in a URL (the DSNs), XML (the image writes the admin password into
+# users.d) and a command line (a leading "-" would read as an option).
+# To change them, remove .env and the stack's volumes, then run `make .env` again.
+STACK_SECRETS := CLICKHOUSE_ADMIN_PASSWORD CLICKHOUSE_WORKER_PASSWORD CLICKHOUSE_GRAFANA_PASSWORD \
+                 CLICKHOUSE_FINOPS_PASSWORD GRAFANA_ADMIN_PASSWORD
+env: .env
+.env:
+	@$(PY) -c 'import os, secrets, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600); \
+	  os.write(fd, "".join(f"{name}={secrets.token_hex(24)}\n" for name in sys.argv[2:]).encode()); os.close(fd)' \
+	  $@ $(STACK_SECRETS)
+	@echo "wrote $@ (mode 0600): random secrets for docker compose"
 
 stack-up: setup
 	$(BIN)/gpuledger stack up

@@ -23,6 +23,7 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
+from gpuledger.bus.security import client_config
 from gpuledger.cli.main import main as gpuledger
 from gpuledger.config import load_settings
 from gpuledger.demo.cluster import write_capture
@@ -37,10 +38,10 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def raw_consume(bootstrap: str, topic: str, partitions: int, expected: int) -> float:
+def raw_consume(bootstrap: str, topic: str, partitions: int, expected: int, client: dict | None = None) -> float:
     """Seconds to consume and Avro-decode every record of the topic."""
     codec = Codec("dcgm_scrape")
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{time.time_ns()}",
+    consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": f"bench-raw-{time.time_ns()}",
                          "enable.auto.commit": False, "fetch.max.bytes": 52_428_800})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen, started = 0, time.perf_counter()
@@ -88,7 +89,7 @@ def main() -> int:
     replay_s = time.perf_counter() - started
 
     log("bench: raw confluent-kafka consume + Avro decode of the same topic")
-    raw_s = raw_consume(s.kafka_bootstrap, topics.dcgm.name, topics.dcgm.partitions, records)
+    raw_s = raw_consume(s.kafka_bootstrap, topics.dcgm.name, topics.dcgm.partitions, records, client_config(s))
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "hours": args.hours, "gpus": len(plan.all_gpus()), "dcgm_records": records, "device_samples": samples,

@@ -41,6 +41,7 @@ from gpuledger.bench.fleet_gen import check_rendering, fleet_plan, fleet_truth, 
 from gpuledger.config import load_settings
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.bus.publisher import KafkaPublisher
+from gpuledger.bus.security import client_config
 from gpuledger.schemas.registry import latest_version, load_schema
 from gpuledger.stack import KafkaBroker
 from gpuledger.bus.topics import Topics, ensure_topics, read_extents
@@ -81,13 +82,14 @@ def device_samples(text: str) -> int:
     return text.count(SM_LINE, start, len(text) if end < 0 else end)
 
 
-def raw_loop(bootstrap: str, topic: str) -> dict:
+def raw_loop(bootstrap: str, topic: str, client: dict | None = None) -> dict:
     """Consume and Avro-decode every record of the topic; count device samples."""
-    extents = read_extents(bootstrap, [topic])
+    extents = read_extents(bootstrap, [topic], client=client)
     expected = sum(high - low for low, high in extents.values())
     version = latest_version("dcgm_scrape")
     header, schema = bytes([0]) + version.to_bytes(4, "big"), load_schema("dcgm_scrape", version)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"fleet-raw-{time.time_ns()}", **RAW_CONSUMER})
+    consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": f"fleet-raw-{time.time_ns()}",
+                         **RAW_CONSUMER})
     consumer.assign([TopicPartition(topic, int(k.rsplit(":", 1)[1]), low) for k, (low, _) in extents.items()])
     reader, seen, samples, bytes_in, idle_since = fastavro.schemaless_reader, 0, 0, 0, time.monotonic()
     cpu0, t0, main0 = time.process_time(), time.perf_counter(), time.thread_time()
@@ -298,12 +300,14 @@ def main(argv: list[str] | None = None) -> int:
                       topic_prefix=prefix)
     topics = Topics(prefix, s.source_partitions, s.audit_retention_days)
     log(f"fleet: machine {machine()}\nfleet: {command}")
-    KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts).up(progress=log)
+    client = client_config(s)
+    KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts, client=client).up(progress=log)
     results: dict = {"machine": machine(), "command": command, "topic_prefix": prefix}
-    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})  # kept: its futures resolve only while it lives
+    # kept: its futures resolve only while it lives
+    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap, **client})
     try:
         if not args.reuse:
-            ensure_topics(s.kafka_bootstrap, topics)
+            ensure_topics(s.kafka_bootstrap, topics, client=client)
             started = time.monotonic()
             plan = fleet_plan(args.gpus, args.hours, args.cadence_s, args.pr_cadence_s or args.cadence_s, args.jitter,
                               args.missing, args.seed, parse_rfc3339_ms(args.start))
@@ -315,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                      "from": format_rfc3339(plan.start_ms), "to": format_rfc3339(plan.end_ms)}
             log(f"fleet: generating {args.gpus} GPUs on {len(plan.nodes)} nodes, {args.hours:g} h, {len(plan.pods)} "
                 f"pods, into topics {prefix}.* ({s.source_partitions} partitions each)")
-            counts = publish_fleet(plan, KafkaPublisher(s.kafka_bootstrap), topics, log)
+            counts = publish_fleet(plan, KafkaPublisher(s.kafka_bootstrap, client=client), topics, log)
             truth.update(counts, generate_s=round(time.monotonic() - started, 2), generate_peak_rss_gib=peak_rss_gib())
             (out / "truth.json").write_bytes(orjson.dumps(truth, option=orjson.OPT_INDENT_2))
             log(f"fleet: generated in {truth['generate_s']} s ({counts['device_samples'] / truth['generate_s']:.0f} "
@@ -326,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = None
         if not args.skip_raw:
             log("fleet: raw loop (confluent-kafka consume + Avro decode of the DCGM topic)")
-            raw = results["raw"] = raw_loop(s.kafka_bootstrap, topics.dcgm.name)
+            raw = results["raw"] = raw_loop(s.kafka_bootstrap, topics.dcgm.name, client)
             log(f"fleet: raw loop {raw}")
             if raw["device_samples"] != samples:
                 log(f"fleet: raw loop counted {raw['device_samples']} device samples, the generator {samples}")

@@ -4,6 +4,8 @@ so a reader takes the last value of its key from the start of the partition."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -15,8 +17,9 @@ BROADCAST_KEY = b"broadcast"
 
 
 class Changelog:
-    def __init__(self, bootstrap: str, topics: Topics, producer: Producer) -> None:
-        self.bootstrap, self.topics, self.producer = bootstrap, topics, producer
+    def __init__(self, bootstrap: str, topics: Topics, producer: Producer,
+                 client: Mapping[str, str] | None = None) -> None:
+        self.bootstrap, self.topics, self.producer, self.client = bootstrap, topics, producer, dict(client or {})
         self.written_bytes = 0
 
     def write_unit(self, number: int, state: dict) -> None:
@@ -45,8 +48,9 @@ class Changelog:
         return self._read(self.topics.broadcast_state.name, 0, BROADCAST_KEY)
 
     def _read(self, topic: str, partition: int, key: bytes) -> dict | None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "gpuledger-changelog-reader",
-                             "enable.auto.commit": False, "log_level": 3, "fetch.max.bytes": 2 * STATE_MAX_BYTES,
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, **self.client,
+                             "group.id": "gpuledger-changelog-reader", "enable.auto.commit": False, "log_level": 3,
+                             "fetch.max.bytes": 2 * STATE_MAX_BYTES,
                              "max.partition.fetch.bytes": 2 * STATE_MAX_BYTES,
                              "receive.message.max.bytes": 2 * STATE_MAX_BYTES + 1_000_000})
         try:

@@ -5,7 +5,7 @@ restarting coordinator."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -22,10 +22,11 @@ _COMMIT_LATER = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID,
                  KafkaError._NO_OFFSET, KafkaError._STATE, KafkaError._DESTROY}
 
 
-def read_extents(bootstrap: str, topic_names: list[str], retry_s: float = 30.0) -> dict[str, tuple[int, int]]:
+def read_extents(bootstrap: str, topic_names: list[str], retry_s: float = 30.0,
+                 client: Mapping[str, str] | None = None) -> dict[str, tuple[int, int]]:
     """Low and high offsets of every partition of the topics ("topic:partition" -> (low, high));
     retried for a while when a partition has no leader for a moment."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {}), "log_level": 3})
     deadline = time.monotonic() + retry_s
     while True:
         try:

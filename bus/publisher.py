@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from confluent_kafka import KafkaException, Producer
 
@@ -27,12 +28,13 @@ class KafkaPublisher:
 
     max_record_bytes = MAX_RECORD_BYTES  # checked by the callers before they publish
 
-    def __init__(self, bootstrap: str, verify: bool = True) -> None:
-        self._bootstrap, self._verify = bootstrap, verify
+    def __init__(self, bootstrap: str, verify: bool = True, client: Mapping[str, str] | None = None) -> None:
+        self._bootstrap, self._verify, self._client = bootstrap, verify, dict(client or {})
         self._ends_before: dict[str, dict[int, int]] = {}  # topic -> partition -> end offset at first use
         self._delivered: dict[tuple[str, int], int] = {}
         self._producer = Producer({
             "bootstrap.servers": bootstrap,
+            **self._client,
             "enable.idempotence": True,
             "log_level": 3,
             "acks": "all",
@@ -55,7 +57,7 @@ class KafkaPublisher:
 
     def _end_offsets(self, topic: str) -> dict[int, int]:
         try:
-            extents = read_extents(self._bootstrap, [topic])
+            extents = read_extents(self._bootstrap, [topic], client=self._client)
         except KafkaException as exc:
             raise PublishError(f"cannot read the end offsets of {topic}: {exc.args[0].str()}") from exc
         return {int(key.rsplit(":", 1)[1]): high for key, (_, high) in extents.items()}

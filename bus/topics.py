@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -94,9 +95,10 @@ class Topics:
         return [self.reference, self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests]
 
 
-def ensure_topics(bootstrap: str, topics: Topics, timeout_s: float = 30.0) -> list[str]:
+def ensure_topics(bootstrap: str, topics: Topics, timeout_s: float = 30.0,
+                  client: Mapping[str, str] | None = None) -> list[str]:
     """Create missing topics; returns the names created. Idempotent."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     new = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
            for t in topics.all() if t.name not in existing]

@@ -48,37 +48,44 @@ def period_bounds(period: str) -> tuple[int, int]:
 # -- commands -------------------------------------------------------------------------
 def cmd_stack(s: Settings, args) -> int:
     from gpuledger.stack import KafkaBroker
+    from gpuledger.bus.security import client_config
     from gpuledger.bus.topics import ensure_topics, topics_for
 
-    broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts)
+    mechanism = (args.sasl_mechanism or s.kafka_sasl_mechanism) if args.secure else None
+    broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts, mechanism, client_config(s))
     if args.action == "down":
         st = broker.down()
         progress(f"kafka: {st.detail}")
         return 0
     if args.action == "status":
         st = broker.status()
-        print(orjson.dumps({"kafka": vars(st), "clickhouse_dsn": s.effective_dsn()}, option=orjson.OPT_INDENT_2).decode())
+        print(orjson.dumps({"kafka": vars(st), "clickhouse_dsn": s.shown_dsn()}, option=orjson.OPT_INDENT_2).decode())
         return 0 if st.reachable else 1
     st = broker.up(progress=progress)
-    created = ensure_topics(s.kafka_bootstrap, topics_for(s))
+    created = ensure_topics(s.kafka_bootstrap, topics_for(s), client=broker.client_config())
     if created:
         progress(f"kafka: created topics {', '.join(created)}")
     from gpuledger.sinks.query import open_reader
 
     open_reader(s.home, s.effective_dsn())  # creates the ClickHouse schema when no worker owns it
-    progress(f"kafka: {st.detail} at {st.bootstrap} (pid {st.pid}); clickhouse: {s.effective_dsn()}")
+    progress(f"kafka: {st.detail} at {st.bootstrap} (pid {st.pid}); clickhouse: {s.shown_dsn()}")
+    if broker.secure.exists():
+        env = broker.secure.client_env_file
+        progress(f"kafka: listener {broker.listener}; clients take their settings from {env}: "
+                 f"`set -a; . {env}; set +a`")
     return 0
 
 
 def cmd_ingest(s: Settings, args) -> int:
     from gpuledger.producers.capture import ingest_capture
     from gpuledger.bus.publisher import KafkaPublisher
+    from gpuledger.bus.security import client_config
     from gpuledger.bus.topics import ensure_topics, topics_for
 
-    topics = topics_for(s)
-    ensure_topics(s.kafka_bootstrap, topics)
-    summary = ingest_capture(Path(args.dir), KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms, progress,
-                             max_future_ms=int(s.max_future_skew_s * 1000))
+    topics, client = topics_for(s), client_config(s)
+    ensure_topics(s.kafka_bootstrap, topics, client=client)
+    summary = ingest_capture(Path(args.dir), KafkaPublisher(s.kafka_bootstrap, client=client), topics, _wall_ms,
+                             progress, max_future_ms=int(s.max_future_skew_s * 1000))
     print(summary.render())
     return 0
 
@@ -87,11 +94,13 @@ def cmd_load(s: Settings, args) -> int:
     from gpuledger.domain.timeutil import format_rfc3339
     from gpuledger.producers.capture import load_reference
     from gpuledger.bus.publisher import KafkaPublisher
+    from gpuledger.bus.security import client_config
     from gpuledger.bus.topics import ensure_topics, topics_for
 
-    topics = topics_for(s)
-    ensure_topics(s.kafka_bootstrap, topics)
-    ts = load_reference(Path(args.file), args.kind, args.cluster, KafkaPublisher(s.kafka_bootstrap), topics, _wall_ms)
+    topics, client = topics_for(s), client_config(s)
+    ensure_topics(s.kafka_bootstrap, topics, client=client)
+    ts = load_reference(Path(args.file), args.kind, args.cluster, KafkaPublisher(s.kafka_bootstrap, client=client),
+                        topics, _wall_ms)
     progress(f"load: {args.kind} for cluster {args.cluster} published (effective from {format_rfc3339(ts)}); "
              "`gpuledger process` applies it")
     return 0
@@ -108,6 +117,7 @@ def cmd_worker(s: Settings, args) -> int:
     import signal
 
     from gpuledger.streams.runtime import WorkerJob, run_worker
+    from gpuledger.bus.security import client_config
     from gpuledger.bus.topics import ensure_topics, topics_for
 
     topics = topics_for(s)
@@ -117,7 +127,7 @@ def cmd_worker(s: Settings, args) -> int:
         topics, group = topics.job(args.job), f"{s.topic_prefix}-job-{args.job}"
         if args.stop_offsets:
             stop_offsets = orjson.loads(Path(args.stop_offsets).read_bytes())
-    ensure_topics(s.kafka_bootstrap, topics)
+    ensure_topics(s.kafka_bootstrap, topics, client=client_config(s))
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(1))
@@ -135,10 +145,11 @@ def cmd_sink(s: Settings, args) -> int:
 
     from gpuledger.sinks.clickhouse import ClickHouseStore
     from gpuledger.streams.supervisor import run_sink
+    from gpuledger.bus.security import client_config
     from gpuledger.bus.topics import ensure_topics, topics_for
 
     topics = topics_for(s)
-    ensure_topics(s.kafka_bootstrap, topics)
+    ensure_topics(s.kafka_bootstrap, topics, client=client_config(s))
     store = ClickHouseStore(s.effective_dsn())
     store.ensure_schema()
     stopping = []
@@ -344,12 +355,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     st = sub.add_parser("stack", help="start/stop/report the local Kafka broker; create topics and tables")
     st.add_argument("action", choices=["up", "down", "status"])
+    st.add_argument("--secure", action="store_true",
+                    help="a new home's broker listens with SASL over TLS (a CA, certificate and random passwords made "
+                         "for it; client settings in HOME/kafka/secure/client.env)")
+    st.add_argument("--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+                    help="with --secure (default GPULEDGER_KAFKA_SASL_MECHANISM, SCRAM-SHA-512)")
     st.set_defaults(func=cmd_stack)
     ing = sub.add_parser("ingest", help="publish a capture directory to the source topics")
     ing.add_argument("dir")
     ing.set_defaults(func=cmd_ingest)
     ld = sub.add_parser("load", help="publish one reference document (rate cards, quotas, credits, inventory)")
-    ld.add_argument("kind", choices=["ratecards", "quotas", "credits", "inventory"])
+    ld.add_argument("kind", choices=["ratecards", "quotas", "credits", "inventory", "endpoints"])
     ld.add_argument("file")
     ld.add_argument("--cluster", required=True, help="the cluster_id the document applies to")
     ld.set_defaults(func=cmd_load)

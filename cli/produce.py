@@ -86,7 +86,16 @@ class _RequestSources:
             self.parts.append(RequestLogProducer(s.requests_log, metrics,
                                                  StateFile(state_dir / f"requests-{s.requests_log.name}.json")))
         if s.requests_listen:
-            self.parts.append(RequestHttpReceiver(s.requests_listen, metrics))
+            from gpuledger.producers.request_auth import ReportersFile
+
+            if s.requests_reporters is None:
+                raise UsageError("requests: the HTTP receiver needs its reporters document (who may report for "
+                                 "which tenants and endpoints): set GPULEDGER_REQUESTS_REPORTERS (--reporters FILE)")
+            try:
+                reporters = ReportersFile(s.requests_reporters, lambda m: print(m, file=sys.stderr, flush=True))
+            except ValueError as exc:
+                raise UsageError(f"requests: {exc}") from exc
+            self.parts.append(RequestHttpReceiver(s.requests_listen, metrics, reporters))
         if not self.parts:
             raise UsageError("requests: set GPULEDGER_REQUESTS_LOG (--log FILE) and/or "
                              "GPULEDGER_REQUESTS_LISTEN (--listen HOST:PORT)")
@@ -112,6 +121,7 @@ class _RequestSources:
 def _clock(s: Settings, node: str, metrics: list, topics):
     """This host's clock, corrected to the broker's unless clock sync is off: (the BrokerClock
     to close, or None; the now_ms function every producer of the process stamps with)."""
+    from gpuledger.bus.security import client_config
     from gpuledger.producers.clock import BrokerClock, local_ms
 
     host_ms = local_ms
@@ -128,7 +138,7 @@ def _clock(s: Settings, node: str, metrics: list, topics):
             m.clock_offset.labels(m.source).set(r.offset_ms / 1000)
 
     clock = BrokerClock(s.kafka_bootstrap, topics.clock.name, node, "+".join(m.source for m in metrics),
-                        local=host_ms, on_reading=reading)
+                        local=host_ms, on_reading=reading, client=client_config(s))
     try:
         clock.start()
     except Exception as exc:  # noqa: BLE001
@@ -151,7 +161,7 @@ def run_producers(s: Settings, sources: list[str], sink, deadline, progress=_pro
     metrics = {src: ProducerMetrics(src, registry) for src in sources}
     producers = {src: build_producer(src, s, metrics[src], node) for src in sources}
     if s.producer_metrics_port >= 0:
-        port = metrics[sources[0]].serve(s.producer_metrics_port, s.metrics_addr)
+        port = metrics[sources[0]].serve(s.producer_metrics_port, s.metrics_addr, s.metrics_secret())
         shown = "127.0.0.1" if s.metrics_addr in ("0.0.0.0", "::") else s.metrics_addr
         progress(f"produce: metrics at http://{shown}:{port}/metrics")
     clock, now_ms = _clock(s, node, list(metrics.values()), topics_for(s))
@@ -194,16 +204,18 @@ def _deadline(args, s: Settings):
 
 def cmd_produce(s: Settings, args) -> int:
     from gpuledger.bus.publisher import KafkaPublisher
+    from gpuledger.bus.security import client_config
     from gpuledger.producers.lines import CaptureSink, PublishSink, TeeSink
     from gpuledger.bus.topics import ensure_topics, topics_for
 
     if not s.cluster_id:
         raise UsageError("set the cluster: --cluster ID or GPULEDGER_CLUSTER_ID")
     topics = topics_for(s)
-    ensure_topics(s.kafka_bootstrap, topics)
+    ensure_topics(s.kafka_bootstrap, topics, client=client_config(s))
     # the publisher's clock (ingested_at, the event-time bound): the broker's once measured
     clock = {"now_ms": lambda: time.time_ns() // 1_000_000}
-    sink = PublishSink(KafkaPublisher(s.kafka_bootstrap), topics, s.cluster_id, lambda: clock["now_ms"](),
+    publisher = KafkaPublisher(s.kafka_bootstrap, client=client_config(s))
+    sink = PublishSink(publisher, topics, s.cluster_id, lambda: clock["now_ms"](),
                        source=f"live-{args.source}", max_future_ms=int(s.max_future_skew_s * 1000))
     if args.record:
         sink = TeeSink(sink, CaptureSink(Path(args.record), s.cluster_id))
@@ -234,7 +246,7 @@ def _overrides(args) -> dict:
             "metrics_port": "producer_metrics_port", "kube_api": "kube_api_url", "kubeconfig": "kubeconfig",
             "socket": "podresources_socket", "dcgm_url": "dcgm_url", "vgpu_command": "vgpu_command",
             "gpus_command": "vgpu_gpus_command", "owners": "vgpu_owners", "log": "requests_log",
-            "listen": "requests_listen", "vllm_url": "vllm_url"}
+            "listen": "requests_listen", "reporters": "requests_reporters", "vllm_url": "vllm_url"}
     out = {setting: getattr(args, flag) for flag, setting in keys.items() if getattr(args, flag, None) is not None}
     if getattr(args, "no_clock_sync", False):
         out["clock_sync"] = False
@@ -255,6 +267,7 @@ def _source_flags(p) -> None:
     p.add_argument("--owners", type=Path, help="VM -> owner mapping file (vGPU)")
     p.add_argument("--log", type=Path, help="JSONL access log to tail (requests)")
     p.add_argument("--listen", help="HOST:PORT to accept request events over HTTP (requests)")
+    p.add_argument("--reporters", type=Path, help="reporters document: who may POST request events, for whom")
     p.add_argument("--vllm-url", help="vLLM /metrics URL to check request totals against")
     p.add_argument("--no-clock-sync", action="store_true", help="stamp with this host's clock, uncorrected")
     p.add_argument("--from", dest="from_", help="first poll at or after this instant (RFC 3339)")

@@ -7,22 +7,59 @@ Order of precedence: flags (passed as overrides by the CLI), environment
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     """Settings every gpuledger command honours."""
 
-    model_config = SettingsConfigDict(env_prefix="GPULEDGER_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="GPULEDGER_", frozen=True, extra="forbid", hide_input_in_errors=True)
 
     home: Path = Field(Path("./.gpuledger"), description="All local state: broker data, embedded ClickHouse, pid files.")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Where Kafka clients connect; `stack up` listens here.")
     clickhouse_dsn: str = Field("", description="chdb://PATH (embedded, default $HOME/clickhouse) or http://host:port.")
     kafka_libs: Path = Field(Path("./.cache/kafka-3.9.2/libs"), description="Folder with the Kafka 3.9.2 jars.")
     kafka_heap_opts: str = Field("-Xms256m -Xmx768m", description="JVM heap flags of the local broker.")
+    # -- Kafka client security: every producer, consumer and admin client (bus/security.py) --
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="How Kafka clients connect: TLS (SSL), SASL authentication (SASL_PLAINTEXT), both "
+        "(SASL_SSL) or neither.")
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "SCRAM-SHA-512", description="SASL mechanism of the SASL_* protocols.")
+    kafka_sasl_username: str = Field("", description="SASL user name (required by the SASL_* protocols).")
+    kafka_sasl_password: SecretStr = Field(SecretStr(""), description="SASL password (required by the SASL_* "
+                                           "protocols; never printed).")
+    kafka_ssl_ca_location: Path | None = Field(None, description="PEM file of the CA(s) that signed the broker's "
+                                               "certificate (SSL, SASL_SSL); unset = the system's CAs.")
+    kafka_ssl_certificate_location: Path | None = Field(None, description="PEM client certificate, for brokers that "
+                                                        "require mutual TLS (with the key).")
+    kafka_ssl_key_location: Path | None = Field(None, description="PEM private key of the client certificate.")
+    kafka_ssl_key_password: SecretStr = Field(SecretStr(""), description="Password of an encrypted client key.")
+
+    @model_validator(mode="after")
+    def _kafka_security_consistent(self) -> Settings:
+        protocol = self.kafka_security_protocol
+        sasl, tls = protocol.startswith("SASL_"), protocol.endswith("SSL")
+        has_password = bool(self.kafka_sasl_password.get_secret_value())
+        if sasl and not (self.kafka_sasl_username and has_password):
+            raise ValueError(f"kafka_security_protocol {protocol} needs GPULEDGER_KAFKA_SASL_USERNAME and "
+                             "GPULEDGER_KAFKA_SASL_PASSWORD")
+        if not sasl and (self.kafka_sasl_username or has_password):
+            raise ValueError(f"SASL credentials are set but kafka_security_protocol {protocol} does not use them: "
+                             "set GPULEDGER_KAFKA_SECURITY_PROTOCOL=SASL_SSL")
+        tls_files = [name for name in ("kafka_ssl_ca_location", "kafka_ssl_certificate_location",
+                                       "kafka_ssl_key_location") if getattr(self, name) is not None]
+        if tls_files and not tls:
+            raise ValueError(f"{', '.join(tls_files)} set but kafka_security_protocol {protocol} has no TLS: "
+                             "set GPULEDGER_KAFKA_SECURITY_PROTOCOL=SSL or SASL_SSL")
+        if (self.kafka_ssl_certificate_location is None) != (self.kafka_ssl_key_location is None):
+            raise ValueError("a client certificate needs both kafka_ssl_certificate_location and kafka_ssl_key_location")
+        return self
+
     topic_prefix: str = Field("gpuledger", description="Prefix of every topic name; two stacks on one broker differ here.")
     source_partitions: int = Field(4, ge=1, description="Partitions of each source topic (keyed by durable id).")
     audit_retention_days: int = Field(
@@ -52,7 +89,15 @@ class Settings(BaseSettings):
     sink_metrics_port: int = Field(
         -1, ge=-1, description="Port of the sink's Prometheus /metrics: store errors, refused rows (0 = any free port, "
         "-1 = off).")
-    query_port: int = Field(0, ge=0, description="Port of the worker's query endpoint (0 = any free port).")
+    query_port: int = Field(0, ge=0, description="Port of the query endpoint of `process` (0 = any free port).")
+    query_addr: str = Field("127.0.0.1", description="Address the query endpoint listens on (loopback unless set).")
+    query_token: SecretStr | None = Field(
+        None, description="Bearer token the query endpoint requires; unset = a random one per start, written to "
+        "HOME/query.token (mode 0600) for the local CLI.")
+    query_max_execution_s: float = Field(30.0, gt=0, description="Time limit of one query through the endpoint.")
+    query_max_memory_bytes: int = Field(2 << 30, gt=0, description="Memory limit of one query through the endpoint.")
+    query_max_result_rows: int = Field(1_000_000, gt=0, description="Rows one query through the endpoint may return.")
+    query_max_body_bytes: int = Field(1 << 20, gt=0, description="Largest query request body the endpoint reads.")
     worker_metrics_port: int = Field(
         -1, ge=-1, description="Port of the `process` worker's Prometheus /metrics (0 = any free port, -1 = off).")
     close_max_unattributed_ratio: float = Field(
@@ -76,7 +121,12 @@ class Settings(BaseSettings):
     node_name: str = Field("", description="Node a node producer runs on (PodResources, DCGM); default: the host name.")
     scrape_interval_s: float = Field(10.0, gt=0, description="Seconds between polls of PodResources, DCGM, vGPU and vLLM.")
     producer_metrics_port: int = Field(-1, ge=-1, description="Port of a producer's /metrics (0 = any free port, -1 = off).")
-    metrics_addr: str = Field("0.0.0.0", description="Address the /metrics of a producer, worker or sink listens on (127.0.0.1 = this host only).")
+    metrics_addr: str = Field("127.0.0.1", description="Address the /metrics of a producer, worker, sink or the fleet gauges listens on (0.0.0.0 = every interface, for a Prometheus on another host).")
+    metrics_token: SecretStr | None = Field(
+        None, description="Bearer token every /metrics requires when set (Prometheus: authorization.credentials_file).")
+
+    def metrics_secret(self) -> str | None:
+        return self.metrics_token.get_secret_value() if self.metrics_token else None
     kube_api_url: str = Field("", description="Kubernetes API server URL; empty = kubeconfig, then in-cluster config.")
     kubeconfig: Path | None = Field(None, description="kubeconfig file for the Kubernetes watch (default ~/.kube/config).")
     watch_timeout_s: int = Field(300, ge=1, description="Seconds one watch request stays open before it is renewed.")
@@ -89,12 +139,35 @@ class Settings(BaseSettings):
     vgpu_owners: Path | None = Field(None, description="JSON file: VM (uuid or name) -> tenant, project, cost center.")
     requests_log: Path | None = Field(None, description="JSONL access log of the model servers, tailed for request events.")
     requests_listen: str = Field("", description="host:port where request events are accepted over HTTP (POST /v1/requests).")
+    requests_reporters: Path | None = Field(
+        None, description="JSON document of the reporters that may POST request events: name, SHA-256 of the "
+        "bearer token, tenants and endpoints each may report for (required with requests_listen).")
     vllm_url: str = Field("", description="vLLM /metrics URL; its token totals are checked against the request events.")
     clock_sync: bool = Field(True, description="Measure this host's clock against the broker's and correct observed_at.")
+
+    def shown_dsn(self) -> str:
+        """The DSN as it may be printed: any password replaced by ``***``."""
+        return redact_dsn(self.effective_dsn())
 
     def effective_dsn(self) -> str:
         """The ClickHouse DSN, defaulting to the embedded engine under home."""
         return self.clickhouse_dsn or f"chdb://{(self.home / 'clickhouse').resolve()}"
+
+
+def redact_dsn(dsn: str) -> str:
+    """``scheme://user:password@host`` -> ``scheme://user:***@host``; the password of a
+    ``password=`` query parameter too."""
+    parts = urlsplit(dsn)
+    if "@" not in parts.netloc and "=" not in parts.query:
+        return dsn
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else netloc
+    query = "&".join(f"{k}=***" if k.lower() in ("password", "pass", "token") else f"{k}={v}"
+                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -129,6 +129,24 @@ class ClusterPlan:
     requests: list[dict] = field(default_factory=list)  # requests.jsonl lines, verbatim
     ratecards: list[dict] = field(default_factory=list)
     quotas: list[dict] = field(default_factory=list)
+    endpoints: list[dict] | None = None  # endpoints.json; None: each labelled pod's endpoint, declared for it
+
+    def endpoint_declarations(self) -> list[dict]:
+        """The endpoints document: as given, else one declaration per endpoint its serving pods
+        name (owner: their namespace's tenant when the first of them starts)."""
+        if self.endpoints is not None:
+            return self.endpoints
+        out: dict[str, dict] = {}
+        for p in sorted((p for p in self.pods if p.endpoint), key=lambda p: p.start_ms):
+            ns = self.namespace(p.namespace, max(p.start_ms, self.start_ms))
+            owner = ns.tenant_at(max(p.start_ms, self.start_ms)) if ns is not None else None
+            if owner is None:
+                continue
+            d = out.setdefault(p.endpoint, {"endpoint_id": p.endpoint, "owner_tenant_id": owner, "namespaces": [],
+                                            "valid_from": format_rfc3339(self.start_ms), "valid_to": None})
+            if p.namespace not in d["namespaces"]:
+                d["namespaces"].append(p.namespace)
+        return list(out.values())
 
     def shared_gpu(self, gpu_uuid: str) -> SharedGpu | None:
         return next((g for g in self.shared if g.gpu.uuid == gpu_uuid), None)
@@ -182,6 +200,8 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
         w.document("ratecards.json", plan.ratecards)
     if plan.quotas:
         w.document("quotas.json", plan.quotas)
+    if plan.endpoint_declarations():
+        w.document("endpoints.json", plan.endpoint_declarations())
     bookmarks = range(plan.start_ms, plan.end_ms + 1, plan.bookmark_every_ms)
     merged = sorted([(t, 0, k, o) for t, _, k, o in _watch_events(plan)] + [(t, 1, "BOOKMARK", None) for t in bookmarks],
                     key=lambda e: (e[0], e[1]))

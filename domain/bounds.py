@@ -15,7 +15,9 @@ __all__ = ["EARLIEST_EVENT_MS", "MAX_TOKEN_COUNT", "check_event_time_ms", "check
            "check_token_count"]
 
 EARLIEST_EVENT_MS = 946_684_800_000  # 2000-01-01T00:00:00Z: nothing gpuledger attributes is older
-MAX_TOKEN_COUNT = 2**53 - 1  # the largest count a JSON number (IEEE double) holds exactly
+# Tokens of one request: no context window or generation comes near 2^31; with this bound an
+# Int64 sum needs 2^32 requests of it to wrap, and no sum of a period's requests can.
+MAX_TOKEN_COUNT = 2**31 - 1
 
 
 def _iso(ms: int) -> str:
@@ -36,13 +38,13 @@ def check_event_time_ms(t_ms: int, now_ms: int, max_future_ms: int) -> str | Non
 
 
 def check_token_count(n: int, name: str = "tokens") -> str | None:
-    """A token count must be an integer with 0 <= n <= 2^53 - 1."""
+    """A token count of one request must be an integer with 0 <= n <= 2^31 - 1."""
     if isinstance(n, bool) or not isinstance(n, int):
         return f"{name} must be an integer, got {n!r}"
     if n < 0:
         return f"{name} {n} is negative: a token count is 0 or more"
     if n > MAX_TOKEN_COUNT:
-        return f"{name} {n} is above {MAX_TOKEN_COUNT} (2^53 - 1), the largest plausible token count"
+        return f"{name} {n} is above {MAX_TOKEN_COUNT} (2^31 - 1), the largest plausible token count of one request"
     return None
 
 

@@ -12,7 +12,8 @@ from fractions import Fraction
 import orjson
 
 from gpuledger.domain.cost import parse_ratecards, round_cents
-from gpuledger.domain.endpoints import MICRO, endpoint_weights, largest_remainder, weighted_units
+from gpuledger.domain.endpoints import (MICRO, declared_endpoints, endpoint_weights, largest_remainder,
+                                        parse_endpoints, weighted_units)
 from gpuledger.domain.pricing import Priced, WindowCapacity, parse_credits, price, rounded
 from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.timeutil import parse_rfc3339_ms
@@ -26,12 +27,16 @@ COST_PARTS = ("guaranteed", "borrowed", "variable", "service_share", "overhead",
 
 
 def price_rows(rows: dict) -> Priced:
-    """Price the rows; leaves the parsed cards (``cards``) and endpoint blocks
-    (``endpoint_blocks``: version, blocks) in ``rows`` for the documents built from them."""
+    """Price the rows; leaves the parsed cards (``cards``), endpoint blocks (``endpoint_blocks``:
+    version, blocks) and the endpoint capacity refused for want of a declaration
+    (``endpoint_refusals``) in ``rows`` for the documents built from them."""
     cards = rows["cards"] = first_valid(rows.get("ratecards", ()), parse_ratecards, "rate cards")
     quotas = first_valid(rows.get("quotas", ()), parse_quotas, "quotas")
     credits = first_valid(rows.get("credits", ()), parse_credits, "credits")
-    version, blocks, units = _endpoints(rows)
+    declarations = first_valid(rows.get("endpoints", ()), parse_endpoints, "endpoints")
+    capacity, intervals, rows["endpoint_refusals"] = declared_endpoints(
+        declarations, rows["from_ms"], rows.get("endpoint_capacity", ()), rows.get("endpoint_intervals", ()))
+    version, blocks, units = _endpoints(rows, capacity)
     rows["endpoint_blocks"] = (version, blocks)
     by_id = {c.version: c for c in cards}
     windows = [(by_id.get(w["version"]), WindowCapacity(
@@ -39,7 +44,7 @@ def price_rows(rows: dict) -> Priced:
         {(c, bucket): h for c, bucket, h in w["buckets"]})) for w in rows.get("windows", ())]
     return price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
                  [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
-                 rows.get("endpoint_intervals", ()), credits, (rows["from_ms"], rows["to_ms"]))
+                 intervals, credits, (rows["from_ms"], rows["to_ms"]))
 
 
 def first_valid(documents: Sequence[str], parse: Callable[[object], list], what: str) -> list:
@@ -72,7 +77,7 @@ def money_reconciliation(priced: Priced, lines: list | None = None) -> dict[str,
             "recoverable_cost": expected, "difference": expected - (tenant + central + subsidies - credits)}
 
 
-def _endpoints(rows: dict) -> tuple[str | None, list[dict], dict[str, dict[str, Fraction]]]:
+def _endpoints(rows: dict, capacity: list[tuple]) -> tuple[str | None, list[dict], dict[str, dict[str, Fraction]]]:
     """Endpoint blocks with their shares in micro-GPU-hours, and each endpoint's exact
     weighted units per tenant (what money shares are split by, too)."""
     cards = [card for doc in rows.get("ratecards", ()) for card in orjson.loads(doc)]
@@ -81,7 +86,7 @@ def _endpoints(rows: dict) -> tuple[str | None, list[dict], dict[str, dict[str, 
     for ep, tid, n, ok, tin, tout in rows.get("endpoint_usage", ()):
         usage.setdefault(ep, {})[tid] = (n, ok, tin, tout)
     out, exact = [], {}
-    for ep, owner, hours in rows.get("endpoint_capacity", ()):
+    for ep, owner, hours in capacity:
         total = round(hours * MICRO)
         units = exact[ep] = {tid: weighted_units(tin, tout, w_in, w_out)
                              for tid, (_, _, tin, tout) in usage.get(ep, {}).items()}

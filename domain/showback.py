@@ -116,6 +116,7 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         "currency": currency,
         "tenants": listed,
         "endpoints": endpoints,
+        "endpoint_refusals": [r for r in rows.get("endpoint_refusals", ()) if tenant is None or r["tenant_id"] == tenant],
         "productive_work": [w for w in work if tenant is None or w["tenant_id"] == tenant],
         "fragmentation": _fragmentation(rows.get("fragmentation", ()), rows.get("unhostable", ())),
         "platform": platform,
@@ -241,6 +242,9 @@ def render_table(doc: dict) -> str:
         shares = ", ".join(f"{s['tenant_id']} {s['gpu_hours']:.3f}" for s in ep["shares"])
         out.append(f"endpoint {ep['endpoint_id']} (owner {ep['owner_tenant_id']}, {ep['allocated_gpu_hours']:.3f} h) "
                    f"shared by weighted tokens: {shares or 'no successful requests'}")
+    for r in doc.get("endpoint_refusals", ()):
+        out.append(f"endpoint label not applied: {r['tenant_id']}/{r['namespace']} {r['allocated_gpu_hours']:.3f} h "
+                   f"stay with {r['tenant_id']} ({r['reason']})")
     for reason, n in p["unattributed_samples"].items():
         out.append(f"unattributed samples: {n} ({reason})")
     return "\n".join(out)

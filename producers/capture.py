@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from gpuledger.domain.bounds import EARLIEST_EVENT_MS, check_event_time_ms
 from gpuledger.domain.cost import parse_ratecards
+from gpuledger.domain.endpoints import parse_endpoints
 from gpuledger.domain.inventory import parse_inventory
 from gpuledger.domain.pricing import parse_credits
 from gpuledger.domain.quota import parse_quotas
@@ -41,7 +42,7 @@ CAPTURE_FORMAT = "gpuledger-capture/1"
 _RAW_LIMIT = 64 * 1024
 
 
-REFERENCE_KINDS = ("inventory", "quotas", "ratecards", "credits")
+REFERENCE_KINDS = ("inventory", "quotas", "ratecards", "credits", "endpoints")
 
 
 def reference_time(kind: str, raw: bytes) -> int:
@@ -55,6 +56,8 @@ def reference_time(kind: str, raw: bytes) -> int:
             return min((c.valid_from_ms for c in parse_ratecards(doc)), default=0)
         if kind == "quotas":
             return min((q.valid_from_ms for q in parse_quotas(doc)), default=0)
+        if kind == "endpoints":
+            return min((e.valid_from_ms for e in parse_endpoints(doc)), default=0)
         # a credit belongs to a period: YYYY-MM
         return min((parse_rfc3339_ms(f"{c.period}-01T00:00:00Z") for c in parse_credits(doc)), default=0)
     except orjson.JSONDecodeError as exc:
@@ -102,6 +105,7 @@ class _Ingest:
         self.wall_ms, self.progress, self.max_future_ms = wall_ms, progress, max_future_ms
         self.summary = IngestSummary()
         self.last_watch_ms: int | None = None
+        self.last_rejection: str | None = None  # the reason the latest dead letter was given
         self.codecs = {t.schema: Codec(t.schema) for t in topics.all() if t.schema}
 
     def publish(self, where: str, records: list[tuple], raw: bytes) -> bool:
@@ -129,6 +133,7 @@ class _Ingest:
         return True
 
     def reject(self, where: str, reason: str, raw: bytes) -> None:
+        self.last_rejection = reason
         self.summary.rejected[where.rsplit(":", 1)[0]] += 1
         if len(self.summary.first_rejections) < 20:
             self.summary.first_rejections.append(f"{where}: {reason}")

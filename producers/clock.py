@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer
@@ -51,10 +51,11 @@ class BrokerClock:
 
     def __init__(self, bootstrap: str, topic: str, host: str, source: str, probes: int = 5,
                  resync_s: float = 60.0, local: Callable[[], int] = local_ms,
-                 on_reading: Callable[[ClockReading], None] = lambda r: None) -> None:
+                 on_reading: Callable[[ClockReading], None] = lambda r: None,
+                 client: Mapping[str, str] | None = None) -> None:
         self.topic, self.host, self.source, self.probes, self.resync_s = topic, host, source, probes, resync_s
         self.local, self.on_reading = local, on_reading
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all",
+        self._producer = Producer({"bootstrap.servers": bootstrap, **(client or {}), "linger.ms": 0, "acks": "all",
                                    "enable.idempotence": False, "log_level": 3})
         self._codec = Codec("clock_heartbeat")
         self._offset_ms = 0

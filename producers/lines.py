@@ -33,8 +33,12 @@ __all__ = ["CaptureSink", "LineSink", "MemorySink", "PublishSink", "TeeSink"]
 
 
 class LineSink(Protocol):
-    def put(self, file: str, line: dict) -> None:
-        """Take one capture-format line of ``file`` (one of LINE_FILES)."""
+    def put(self, file: str, line: dict) -> str | None:
+        """Take one capture-format line of ``file`` (one of LINE_FILES); the reason it was
+        dead-lettered instead, when it was."""
+
+    def reject(self, file: str, line: dict, reason: str) -> None:
+        """Dead-letter a line its producer refused (say, a reporter not allowed to send it)."""
 
     def flush(self) -> None:
         """Return once every line taken so far is durable (published, or on disk)."""
@@ -53,11 +57,19 @@ class PublishSink:
         self._job = LinePublisher(publisher, topics, cluster_id, wall_ms, max_future_ms)
         self._source, self._pub, self._lock, self._n = source, publisher, threading.Lock(), 0
 
-    def put(self, file: str, line: dict) -> None:
+    def put(self, file: str, line: dict) -> str | None:
         _check(file)
         with self._lock:
             self._n += 1
+            self._job.last_rejection = None
             self._job.put(file, line, f"{self._source}:{file}:{self._n}")
+            return self._job.last_rejection
+
+    def reject(self, file: str, line: dict, reason: str) -> None:
+        _check(file)
+        with self._lock:
+            self._n += 1
+            self._job.reject(f"{self._source}:{file}:{self._n}", reason, orjson.dumps(line))
 
     def flush(self) -> None:
         with self._lock:
@@ -87,7 +99,11 @@ class CaptureSink:
         self._lock = threading.Lock()
         self.lines: Counter = Counter()
 
-    def put(self, file: str, line: dict) -> None:
+    def reject(self, file: str, line: dict, reason: str) -> None:
+        """A refused line is not part of what the source said: not recorded."""
+        _check(file)
+
+    def put(self, file: str, line: dict) -> str | None:
         _check(file)
         with self._lock:
             fh = self._files.get(file)
@@ -97,6 +113,7 @@ class CaptureSink:
                 fh = self._files[file] = path.open("ab")
             fh.write(orjson.dumps(line) + b"\n")
             self.lines[file] += 1
+        return None
 
     def flush(self) -> None:
         with self._lock:
@@ -138,10 +155,16 @@ def _drop_torn_tail(path: Path) -> None:
 class MemorySink:
     lines: list[tuple[str, dict]] = field(default_factory=list)
     flushed: int = 0
+    rejected: list[tuple[str, dict, str]] = field(default_factory=list)
 
-    def put(self, file: str, line: dict) -> None:
+    def put(self, file: str, line: dict) -> str | None:
         _check(file)
         self.lines.append((file, line))
+        return None
+
+    def reject(self, file: str, line: dict, reason: str) -> None:
+        _check(file)
+        self.rejected.append((file, line, reason))
 
     def flush(self) -> None:
         self.flushed = len(self.lines)
@@ -154,9 +177,13 @@ class TeeSink:
     def __init__(self, *sinks: LineSink) -> None:
         self.sinks = sinks
 
-    def put(self, file: str, line: dict) -> None:
+    def put(self, file: str, line: dict) -> str | None:
+        reasons = [s.put(file, line) for s in self.sinks]
+        return next((r for r in reasons if r is not None), None)
+
+    def reject(self, file: str, line: dict, reason: str) -> None:
         for s in self.sinks:
-            s.put(file, line)
+            s.reject(file, line, reason)
 
     def flush(self) -> None:
         for s in self.sinks:

@@ -23,7 +23,7 @@ field as the reason; a line that is not a JSON object is put as ``{"observed_at"
 the same reason. Nothing is dropped here: the dead-letter topic is where bad records go.
 
 ``RequestLogProducer`` tails the log like ``tail -F``; ``RequestHttpReceiver`` takes records
-over HTTP and answers 202 only once they are durable.
+over HTTP from authenticated reporters and answers 202 only once they are durable.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from pathlib import Path
 import orjson
 
 from gpuledger.producers.lines import LineSink
+from gpuledger.producers.request_auth import Reporter, ReporterDirectory, ReportersFile
 from gpuledger.producers.request_records import parse_body, request_line, text_line, time_ms
 from gpuledger.producers.runtime import ProducerMetrics, StateFile
 
@@ -212,27 +213,39 @@ class RequestLogProducer:
 class RequestHttpReceiver:
     """``POST /v1/requests`` (one record, a JSON array, or JSONL) -> ``requests.jsonl`` lines.
 
-    Answers 202 ``{"accepted": n}`` only after ``sink.flush()`` returned, so a client that got
-    no 202 may send again (the request fact id derives from ``request_id``: a repeat dedupes);
-    503 when the sink failed; 400 with the reason for a body that is not JSON records (nothing
-    of it is kept: the client is told instead). The socket is bound on construction
-    (``listen`` ``host:port``; port 0 = any free one, see ``port``); ``run`` serves.
+    1. The caller is a reporter of the reporters document (``producers/request_auth.py``):
+       ``Authorization: Bearer TOKEN``, else 401 and nothing is read.
+    2. Each record for a tenant or endpoint the reporter may not report for is dead-lettered
+       with that reason; so is each the ingest validator refuses (``PublishSink``).
+    3. The answer comes after ``sink.flush()`` returned: 202 ``{"accepted": n, "rejected":
+       [{"index", "request_id", "reason"}]}`` when at least one record was published, 422
+       with the same shape when none was; a client that got no answer may send again (the
+       request fact id derives from ``request_id``: a repeat dedupes). 503 when the sink
+       failed; 400 with the reason for a body that is not JSON records (nothing of it kept).
+    4. Bodies over ``MAX_BODY_BYTES`` are refused unread (413); at most ``MAX_CONNECTIONS``
+       requests are served at once (503); a socket silent for ``READ_TIMEOUT_S`` is dropped.
+
+    The socket is bound on construction (``listen`` ``host:port``; port 0 = any free one, see
+    ``port``); ``run`` serves.
     """
 
     source = "requests"
     PATH = "/v1/requests"
-    MAX_BODY_BYTES = 64 << 20
+    MAX_BODY_BYTES = 4 << 20
+    MAX_CONNECTIONS = 16
+    READ_TIMEOUT_S = 10.0
 
-    def __init__(self, listen: str, metrics: ProducerMetrics) -> None:
+    def __init__(self, listen: str, metrics: ProducerMetrics, reporters: ReportersFile | ReporterDirectory) -> None:
         host, sep, port = listen.rpartition(":")
         if not sep or not port.isdigit():
-            raise ValueError(f"requests_listen {listen!r} is not host:port (e.g. 0.0.0.0:8089, 127.0.0.1:0)")
-        host = host.strip("[]") or "0.0.0.0"
-        self.metrics = metrics
+            raise ValueError(f"requests_listen {listen!r} is not host:port (e.g. 127.0.0.1:8089, 0.0.0.0:8089)")
+        host = host.strip("[]") or "127.0.0.1"
+        self.metrics, self.reporters = metrics, reporters
         self._sink: LineSink | None = None
         self._now_ms: Callable[[], int] | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        self.slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
         server_class = _server_class(":" in host)
         try:
             self._server = server_class((host, int(port)), _handler(self))
@@ -257,8 +270,12 @@ class RequestHttpReceiver:
             self._server.server_close()
             serving.join(5)
 
-    def accept(self, body: bytes) -> tuple[int, dict]:
-        """Handle one POSTed body: (HTTP status, JSON answer)."""
+    def reporter(self, authorization: str | None) -> Reporter | None:
+        directory = self.reporters.get() if isinstance(self.reporters, ReportersFile) else self.reporters
+        return directory.identify(authorization)
+
+    def accept(self, body: bytes, reporter: Reporter) -> tuple[int, dict]:
+        """Handle one POSTed body of ``reporter``: (HTTP status, JSON answer)."""
         try:
             records = parse_body(body)
         except ValueError as exc:
@@ -268,21 +285,32 @@ class RequestHttpReceiver:
             return 503, {"error": "the receiver is not running yet: retry"}
         read_ms = self._now_ms()
         lines = [request_line(r, read_ms) for r in records]
+        rejected, published = [], []
         try:
-            with self._lock:  # one batch at a time: a 202 means every line of this body is durable
-                for line in lines:
-                    self._sink.put(FILE, line)
+            with self._lock:  # one batch at a time: the answer is given once every line of it is durable
+                for i, line in enumerate(lines):
+                    reason = reporter.refusal(line.get("tenant_id"), line.get("endpoint_id"))
+                    if reason is not None:
+                        self.metrics.error("not_allowed")
+                        self._sink.reject(FILE, line, reason)
+                    else:
+                        reason = self._sink.put(FILE, line)
+                    if reason is None:
+                        published.append(line)
+                    else:
+                        rejected.append({"index": i, "request_id": line.get("request_id"), "reason": reason})
                 self._sink.flush()
         except Exception as exc:
             self.metrics.error("sink")
             _say(f"requests: {len(lines)} request events received on :{self.port} not delivered "
                  f"({type(exc).__name__}: {exc}): check the broker; the client was told 503")
             return 503, {"error": f"not stored ({type(exc).__name__}): retry"}
-        self.metrics.sent(FILE, len(lines))
-        newest = _newest_ms(lines)
+        self.metrics.sent(FILE, len(published))
+        newest = _newest_ms(published)
         if newest is not None:
             self.metrics.observed(newest, self._now_ms())
-        return 202, {"accepted": len(lines)}
+        answer = {"accepted": len(published), "rejected": rejected}
+        return (202 if published or not lines else 422), answer
 
 
 def _server_class(ipv6: bool):
@@ -295,9 +323,16 @@ def _server_class(ipv6: bool):
 
 def _handler(receiver: RequestHttpReceiver):
     class Handler(BaseHTTPRequestHandler):
+        timeout = receiver.READ_TIMEOUT_S  # seconds of silence before the socket is dropped
+
         def do_POST(self) -> None:
             if self.path.split("?")[0] != receiver.PATH:
                 self._answer(404, {"error": f"POST request events to {receiver.PATH}"})
+                return
+            reporter = receiver.reporter(self.headers.get("Authorization"))
+            if reporter is None:
+                receiver.metrics.error("unauthenticated")
+                self._answer(401, {"error": "send Authorization: Bearer TOKEN, a token of the reporters document"})
                 return
             length = self.headers.get("Content-Length")
             if length is None or not length.isdigit():
@@ -306,11 +341,24 @@ def _handler(receiver: RequestHttpReceiver):
             if int(length) > receiver.MAX_BODY_BYTES:
                 self._answer(413, {"error": f"body over {receiver.MAX_BODY_BYTES} bytes: send smaller batches"})
                 return
-            self._answer(*receiver.accept(self.rfile.read(int(length))))
+            if not receiver.slots.acquire(blocking=False):
+                self._answer(503, {"error": f"{receiver.MAX_CONNECTIONS} requests in progress: retry"})
+                return
+            try:
+                try:
+                    body = self.rfile.read(int(length))
+                except OSError:
+                    self.close_connection = True
+                    return
+                self._answer(*receiver.accept(body, reporter))
+            finally:
+                receiver.slots.release()
 
         def _answer(self, status: int, doc: dict) -> None:
             body = orjson.dumps(doc)
             self.send_response(status)
+            if status == 401:
+                self.send_header("WWW-Authenticate", "Bearer")
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

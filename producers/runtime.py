@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from gpuledger.config.metrics_http import serve_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 __all__ = ["Deadline", "ProducerMetrics", "StateFile", "poll_on_grid"]
 
@@ -74,10 +75,9 @@ class ProducerMetrics:
             lambda: max(0.0, time.time() * 1000 + host_offset_ms - newest_ms) / 1000)
         self.last_success.labels(self.source).set(now_ms / 1000)
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+    def serve(self, port: int, addr: str = "127.0.0.1", token: str | None = None) -> int:
         """Serve /metrics on ``port`` (0 = any free port); returns the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return server.server_address[1]
+        return serve_metrics(self.registry, port, addr, token).server_address[1]
 
 
 class StateFile:

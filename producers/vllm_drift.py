@@ -89,10 +89,14 @@ class TallySink:
     def __init__(self, sink: LineSink, tally: RequestTally) -> None:
         self.sink, self.tally = sink, tally
 
-    def put(self, file: str, line: dict) -> None:
-        self.sink.put(file, line)
-        if file == "requests.jsonl":
+    def put(self, file: str, line: dict) -> str | None:
+        reason = self.sink.put(file, line)
+        if reason is None and file == "requests.jsonl":
             self.tally.add(line)
+        return reason
+
+    def reject(self, file: str, line: dict, reason: str) -> None:
+        self.sink.reject(file, line, reason)
 
     def flush(self) -> None:
         self.sink.flush()

@@ -31,7 +31,9 @@ from gpuledger.ledger.close import build_document
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.ledger_store import ClickHouseLedger
 from gpuledger.sinks.progress import job_checkpoint
+from gpuledger.sinks.schema_sql import ddl_statements
 from gpuledger.streams.supervisor import run_sink, spawn_workers
+from gpuledger.bus.security import client_config
 from gpuledger.bus.topics import Topics, ensure_topics, read_extents, topics_for
 
 __all__ = ["ReplayError", "ReplayResult", "check_shadow_name", "replay_period"]
@@ -51,14 +53,30 @@ class ReplayResult:
     seconds: float
 
 
+_RESERVED = ("gpuledger", "default", "information_schema")
+
+
 def check_shadow_name(name: str) -> None:
-    """A replay's shadow database: a plain database name, never the live one or a system one."""
-    if not _NAME.match(name) or name == "gpuledger" or name.lower().startswith("system"):
-        raise ReplayError(f"{name!r}: a database name ([A-Za-z_][A-Za-z0-9_]*), not the live one")
+    """A replay's shadow database: a plain database name, never the live one, ClickHouse's
+    ``default`` or a system one (the shadow is dropped and rebuilt)."""
+    if not _NAME.match(name) or name.lower() in _RESERVED or name.lower().startswith("system"):
+        raise ReplayError(f"{name!r}: give a database name ([A-Za-z_][A-Za-z0-9_]*) of its own for the replay, "
+                          f"not the live one, {', '.join(_RESERVED[1:])} or system*")
+
+
+def check_shadow_droppable(shadow: ClickHouseStore) -> None:
+    """Refuse to drop a database that holds anything a replay did not put there."""
+    ours = {stmt.split(f"{shadow.db}.", 1)[1].split()[0] for stmt in ddl_statements(shadow.db) if f"{shadow.db}." in stmt}
+    _, rows = shadow.query("SELECT name FROM system.tables WHERE database = %(d)s", {"d": shadow.db})
+    foreign = sorted({r[0] for r in rows} - ours)
+    if foreign:
+        raise ReplayError(f"database {shadow.db!r} holds tables a replay did not create ({', '.join(foreign[:5])}): "
+                          "it is not dropped; replay into another name")
 
 
 def _stops(settings: Settings, topics: Topics, closed: dict | None, at_close: bool) -> dict[str, tuple[int, int]]:
-    extents = read_extents(settings.kafka_bootstrap, [t.name for t in topics.processed()])
+    extents = read_extents(settings.kafka_bootstrap, [t.name for t in topics.processed()],
+                           client=client_config(settings))
     if not at_close:
         return extents
     if closed is None:
@@ -77,11 +95,12 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
     closed = next((d for d in closed_docs if d["period"] == period), None)
     extents = _stops(settings, topics, closed, at_close)
     shadow = main.sibling(into)
+    check_shadow_droppable(shadow)
     shadow.drop_database()
     shadow.ensure_schema()
     job = f"replay-{into}-{uuid.uuid4().hex[:8]}"
     job_topics = topics.job(job)
-    ensure_topics(settings.kafka_bootstrap, job_topics)
+    ensure_topics(settings.kafka_bootstrap, job_topics, client=client_config(settings))
     stops = settings.home / f"{job}.stops.json"
     stops.parent.mkdir(parents=True, exist_ok=True)
     stops.write_bytes(orjson.dumps({k: high for k, (_, high) in extents.items()}))
@@ -109,7 +128,7 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
 
 def _delete_job(settings: Settings, topics: Topics, job: str) -> None:
     """A replay's own topics and groups go when it is done: the shadow database holds the result."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, **client_config(settings)})
     names = [t.name for t in (*topics.fact_topics(), topics.unit_state, topics.broadcast_state)]
     for fut in admin.delete_topics(names, operation_timeout=30).values():
         try:

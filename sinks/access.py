@@ -7,12 +7,22 @@ Who reads what:
   shared ``gpuledger_tenants`` role, the published rate cards (``reference_documents`` where
   ``kind = 'ratecards'``: quotas and credits name other tenants). Nothing else: not the
   inventory, the checkpoints or the closed ledger (every tenant's lines).
+- the shared role **alone reads no fact**: it holds a permissive ``USING 0`` policy on each
+  fact table, ORed with a tenant role's own. Without it the shared role would have no policy
+  of its own on the facts, and a server with the shipped defaults
+  (``users_without_row_policies_can_read_rows = true``) gives such a login every row: a login
+  granted ``gpuledger_tenants`` by mistake, or a tenant role whose policies were dropped,
+  would read every tenant. A restrictive policy cannot do this: restrictive policies are
+  ANDed with everything, so ``USING 0 AS RESTRICTIVE`` on the shared role would hide each
+  tenant's own rows too.
 - **analyst** reads every row of the facts, the reference documents and the inventory;
   **finance** also the closed ledger. Both hold an explicit all-rows policy, so they keep
   reading when the server refuses a table with policies to a user none of them applies to
   (deploy/clickhouse/config.d: ``users_without_row_policies_can_read_rows = false``,
   ``throw_on_unmatched_row_policies = true``).
 - **writer** (the worker) creates the schema and writes facts, checkpoints and closes.
+- every **reader** role (tenants, analyst, finance) gets the reader settings profile (read
+  only, per-query limits it cannot lift) and a quota counted per login (``access_limits``).
 
 A user holding two tenant roles reads both tenants' rows (permissive policies are ORed).
 Plain views read with the invoker's policies (SQL SECURITY INVOKER, their default), so a view
@@ -21,28 +31,33 @@ over the fact tables needs no policy of its own.
 The same model renders two ways: SQL for a ClickHouse server (``access_statements``), and,
 for the embedded engine, which runs every query as its one user ``default`` and keeps no
 SQL-defined users, the ``users.xml`` that gives that user one identity's grants and row
-filters (``AccessModel.embedded_users_xml``).
+filters, profile and quota (``AccessModel.embedded_users_xml``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 from xml.sax.saxutils import escape
 
-__all__ = ["ANALYST_TABLES", "FINANCE_TABLES", "POLICY_TABLES", "TENANT_FACT_TABLES", "WRITER_ONLY_TABLES",
-           "AccessModel", "Grant", "Policy", "access_statements", "check_tenant_id", "demo_users", "render_sql"]
+from gpuledger.sinks.access_limits import ReaderLimits, profile_sql, profile_xml, quota_sql, quota_xml
+
+__all__ = ["ANALYST_TABLES", "FINANCE_TABLES", "POLICY_TABLES", "SHARED_ROLE_FILTERS", "TENANT_FACT_TABLES",
+           "WRITER_ONLY_TABLES", "AccessModel", "Grant", "Policy", "ReaderLimits", "access_statements",
+           "check_tenant_id", "render_sql"]
 
 TENANT_FACT_TABLES = ("capacity_facts", "utilization_facts", "request_facts", "demand_facts")
 # Shared tables a tenant may read, and which of their rows.
 SHARED_TABLE_FILTERS = {"reference_documents": "kind = 'ratecards'"}
 POLICY_TABLES = TENANT_FACT_TABLES + tuple(SHARED_TABLE_FILTERS)
+# What the shared tenants role alone reads of each table it may select: no fact (a tenant's
+# rows come from its own role's policy, ORed in), the rate cards.
+SHARED_ROLE_FILTERS = {**{t: "0" for t in TENANT_FACT_TABLES}, **SHARED_TABLE_FILTERS}
 ANALYST_TABLES = POLICY_TABLES + ("inventory_gpus", "inventory_unavailable")
 FINANCE_TABLES = ANALYST_TABLES + ("ledger_documents",)
 WRITER_ONLY_TABLES = ("processor_checkpoints",)
 WRITER_PRIVILEGES = ("SELECT", "INSERT", "CREATE DATABASE", "CREATE TABLE", "ALTER ADD COLUMN")
-READER_SETTINGS = {"readonly": 2}  # reads and per-query settings only; cannot lift itself
 
 # Kubernetes label values (where tenant ids come from): quoting them is then never needed.
 _TENANT_ID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
@@ -88,9 +103,11 @@ class Policy:
 
 @dataclass(frozen=True)
 class AccessModel:
-    """The access model of one database; ``prefix`` namespaces its roles on a shared server."""
+    """The access model of one database; ``prefix`` namespaces its roles on a shared server;
+    ``limits`` bound each reader login."""
     database: str = "gpuledger"
     prefix: str = "gpuledger"
+    limits: ReaderLimits = field(default_factory=ReaderLimits)
 
     def __post_init__(self) -> None:
         for value in (self.database, self.prefix):
@@ -116,6 +133,10 @@ class AccessModel:
     @property
     def reader_profile(self) -> str:
         return f"{self.prefix}_reader"
+
+    @property
+    def reader_roles(self) -> tuple[str, ...]:
+        return self.tenants_role, self.analyst, self.finance
 
     @property
     def base_roles(self) -> tuple[str, ...]:
@@ -147,7 +168,7 @@ class AccessModel:
         everyone = (self.analyst, self.finance, self.writer)
         out = [Policy(f"{self.prefix}_all_rows", db, t, "1", everyone) for t in POLICY_TABLES]
         out += [Policy(f"{self.prefix}_tenants_shared", db, t, cond, (self.tenants_role,))
-                for t, cond in SHARED_TABLE_FILTERS.items()]
+                for t, cond in SHARED_ROLE_FILTERS.items()]
         for tenant_id in _unique(tenant_ids):
             role = self.tenant_role(tenant_id)
             out += [Policy(role, db, t, self.tenant_condition(tenant_id), (role,)) for t in TENANT_FACT_TABLES]
@@ -156,11 +177,11 @@ class AccessModel:
     # SQL for a server -------------------------------------------------------------------------
 
     def base_statements(self) -> list[str]:
-        """Roles, the readers' settings profile, table grants and the shared and all-rows policies."""
+        """Roles, the readers' settings profile and quota, table grants and the shared and
+        all-rows policies."""
         out = [f"CREATE ROLE IF NOT EXISTS {_ident(r)}" for r in self.base_roles]
-        settings = ", ".join(f"{k} = {v}" for k, v in READER_SETTINGS.items())
-        readers = ", ".join(_ident(r) for r in (self.tenants_role, self.analyst, self.finance))
-        out.append(f"CREATE SETTINGS PROFILE OR REPLACE {_ident(self.reader_profile)} SETTINGS {settings} TO {readers}")
+        out.append(profile_sql(self.reader_profile, self.limits, self.reader_roles))
+        out.append(quota_sql(self.reader_profile, self.limits, self.reader_roles))
         out += [_grant_sql(g) for g in self.grants()]
         out += [_policy_sql(p) for p in self.policies()]
         return out
@@ -200,6 +221,7 @@ class AccessModel:
         """Everything ``base_statements`` made (tenants first: ``drop_tenant_statements``)."""
         out = [f"DROP ROW POLICY IF EXISTS {_ident(p.name)} ON {p.database}.{p.table}" for p in self.policies()]
         out.append(f"DROP SETTINGS PROFILE IF EXISTS {_ident(self.reader_profile)}")
+        out.append(f"DROP QUOTA IF EXISTS {_ident(self.reader_profile)}")
         return out + [f"DROP ROLE IF EXISTS {_ident(r)}" for r in self.base_roles]
 
     def shadow_database_statements(self, database: str) -> list[str]:
@@ -218,9 +240,10 @@ class AccessModel:
 
     def embedded_users_xml(self, *, roles: Sequence[str] = (), tenant_ids: Sequence[str] = ()) -> str:
         """users.xml whose ``default`` user holds ``roles`` plus the tenant roles of ``tenant_ids``:
-        their table grants, and per policy table the OR of their policies' conditions, or ``0``
-        when none applies (no rows; the server configured as deploy/clickhouse/config.d
-        refuses that read with an error instead)."""
+        their table grants, per policy table the OR of their policies' conditions (``0``: no
+        rows, as the shared role alone reads of the facts; the server configured as
+        deploy/clickhouse/config.d refuses a table no policy applies to with an error
+        instead), and for a reader the reader profile and quota."""
         unknown = set(roles) - set(self.base_roles)
         if unknown:
             raise ValueError(f"not base roles of this model (tenant roles come with tenant_ids): {sorted(unknown)}")
@@ -235,15 +258,16 @@ class AccessModel:
                 conditions[p.table].append(p.condition)
         filters = {t: _or(conditions.get(t, [])) for t in POLICY_TABLES
                    if (self.database, t) in readable or (self.database, None) in readable}
-        reader = bool(held & {self.tenants_role, self.analyst, self.finance})
-        profile = "".join(f"<{k}>{v}</{k}>" for k, v in READER_SETTINGS.items()) if reader else ""
+        reader = bool(held & set(self.reader_roles))
+        profile = profile_xml(self.limits) if reader else ""
+        quota = quota_xml(self.limits) if reader else ""
         queries = "".join(f"<query>{escape(_grant_sql(g, to_role=False))}</query>" for g in grants)
         tables = "".join(f"<{t}><filter>{escape(f)}</filter></{t}>" for t, f in filters.items())
         return ("<clickhouse>\n"
                 f"  <profiles><default/><identity>{profile}</identity></profiles>\n"
-                "  <quotas><default/></quotas>\n"
+                f"  <quotas><default/><identity>{quota}</identity></quotas>\n"
                 "  <users><default>\n"
-                "    <no_password/><networks><ip>::/0</ip></networks><profile>identity</profile><quota>default</quota>\n"
+                "    <no_password/><networks><ip>::/0</ip></networks><profile>identity</profile><quota>identity</quota>\n"
                 f"    <grants>{queries}</grants>\n"
                 f"    <databases><{self.database}>{tables}</{self.database}></databases>\n"
                 "  </default></users>\n"
@@ -262,9 +286,10 @@ def _policy_sql(p: Policy) -> str:
 
 
 def _or(conditions: list[str]) -> str:
-    if not conditions:
+    kept = [c for c in conditions if c != "0"]  # x OR 0 is x
+    if not kept:
         return "0"
-    return conditions[0] if len(conditions) == 1 else " OR ".join(f"({c})" for c in conditions)
+    return kept[0] if len(kept) == 1 else " OR ".join(f"({c})" for c in kept)
 
 
 def _unique(tenant_ids: Iterable[str]) -> list[str]:
@@ -285,37 +310,33 @@ def render_sql(statements: Iterable[str], header: str = "") -> str:
     return "\n".join(lines + [f"{s};" for s in statements]) + "\n"
 
 
-def demo_users(model: AccessModel, tenant_ids: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """The demo stack's logins: the worker, Grafana (analyst), FinOps, and ``tenant_<id>`` per tenant."""
-    users = [("gpuledger_worker", (model.writer,)), ("grafana", (model.analyst,)), ("finops", (model.finance,))]
-    return users + [(f"tenant_{t}", (model.tenant_role(t),)) for t in _unique(tenant_ids)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the access script (default: the demo tenants), or with --demo-users the demo logins,
-    each with its own name as password."""
+    """Print the access script (default: the demo tenants), or with --stack-logins the script
+    that creates the compose stack's logins from the passwords in its environment."""
     import argparse
-    import hashlib
 
     parser = argparse.ArgumentParser(prog="python -m gpuledger.sinks.access", description=main.__doc__)
     parser.add_argument("--tenant", action="append", dest="tenants", help="a tenant id (repeatable)")
     parser.add_argument("--database", default="gpuledger")
-    parser.add_argument("--demo-users", action="store_true")
+    parser.add_argument("--stack-logins", action="store_true")
     args = parser.parse_args(argv)
     if args.tenants is None:
         from gpuledger.demo.plan import TENANTS
         args.tenants = TENANTS
     model = AccessModel(args.database)
-    if args.demo_users:
-        statements = [s for user, roles in demo_users(model, args.tenants)
-                      for s in model.user_statements(user, roles, hashlib.sha256(user.encode()).hexdigest())]
-        header = ("Demo logins of the compose stack (apply after access.sql). Each password is the user's name:\n"
-                  "for anything but the demo, create users with AccessModel.user_statements and real secrets.\n"
-                  "Generated by: python -m gpuledger.sinks.access --demo-users")
-    else:
-        statements = model.statements(args.tenants)
-        header = ("Roles, grants and row policies of the gpuledger database: a tenant role reads only its rows.\n"
-                  "Generated by: python -m gpuledger.sinks.access (AccessModel.tenant_statements onboards one tenant)")
+    if args.stack_logins:
+        from gpuledger.sinks.access_logins import logins_script
+
+        header = ("Logins of the compose stack (after access.sql): the sink and the fleet gauges,\n"
+                  "Grafana and FinOps, each with the password docker-compose.yml passes from .env.\n"
+                  "Tenant logins: AccessModel.user_statements, with a secret of their own.\n"
+                  "Generated by: python -m gpuledger.sinks.access --stack-logins")
+        print(logins_script(model, header), end="")
+        return 0
+    statements = model.statements(args.tenants)
+    header = ("Roles, grants, row policies, the readers' profile and quota of the gpuledger database: a tenant\n"
+              "role reads only its rows, the shared tenants role alone none.\n"
+              "Generated by: python -m gpuledger.sinks.access (AccessModel.tenant_statements onboards one tenant)")
     print(render_sql(statements, header), end="")
     return 0
 

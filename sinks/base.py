@@ -57,6 +57,7 @@ class Checkpoint:
 
 class FactStore(Protocol):
     def write_facts(self, batch: FactBatch) -> None: ...
+    def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]: ...
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None: ...
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None: ...
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None: ...
@@ -81,6 +82,9 @@ class MemoryStore:
         self.utilization.update((f.fact_id, f) for f in batch.utilization)
         self.requests.update((f.fact_id, f) for f in batch.requests)
         self.demand.update((f.fact_id, f) for f in batch.demand)
+
+    def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:
+        return {i: self.requests[i] for i in fact_ids if i in self.requests}
 
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
         current = self.references.get((cluster_id, kind))

@@ -19,8 +19,10 @@ import orjson
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DataError
 
+from gpuledger.config.settings import redact_dsn
 from gpuledger.domain.facts import FactBatch
 from gpuledger.domain.inventory import Inventory
+from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, PermanentStoreError, StoreError, TransientStoreError
 from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS,
                                        ddl_statements)
@@ -103,9 +105,9 @@ class ClickHouseStore:
             text = str(exc)
             if "Cannot lock file" in text or "lock" in text.lower() and dsn.startswith("chdb"):
                 raise EngineLockedError(
-                    f"the embedded ClickHouse at {dsn} is owned by another process (a running `gpuledger process`?)"
+                    f"the embedded ClickHouse at {redact_dsn(dsn)} is owned by another process (a running `gpuledger process`?)"
                 ) from exc
-            raise StoreError(f"cannot open ClickHouse at {dsn}: {text.splitlines()[0] if text else exc!r}") from exc
+            raise StoreError(f"cannot open ClickHouse at {redact_dsn(dsn)}: {text.splitlines()[0] if text else exc!r}") from exc
 
     def sibling(self, database: str) -> "ClickHouseStore":
         """The same engine and connection, another database (a replay's shadow)."""
@@ -126,9 +128,11 @@ class ClickHouseStore:
         except (ClickHouseError, OSError) as exc:
             raise store_error(exc, "ClickHouse refused") from exc
 
-    def query(self, sql: str, parameters: dict | None = None) -> tuple[list[str], list[tuple]]:
+    def query(self, sql: str, parameters: dict | None = None,
+              settings: dict | None = None) -> tuple[list[str], list[tuple]]:
+        """Rows of ``sql``; ``settings`` are the query's own (``READ_ONLY`` limits for untrusted SQL)."""
         try:
-            result = self.client.query(sql, parameters=parameters)
+            result = self.client.query(sql, parameters=parameters, settings=settings)
         except (ClickHouseError, OSError) as exc:
             raise store_error(exc, "ClickHouse query failed") from exc
         return list(result.column_names), [tuple(r) for r in result.result_rows]
@@ -155,6 +159,16 @@ class ClickHouseStore:
                                       ("request_facts", REQUEST_COLUMNS, batch.requests),
                                       ("demand_facts", DEMAND_COLUMNS, batch.demand)):
             self.insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
+
+    def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:
+        """The request facts already stored under ``fact_ids`` (the first recorded of each)."""
+        out: dict[str, RequestFact] = {}
+        ids = sorted(set(fact_ids))
+        for i in range(0, len(ids), 10_000):
+            _, rows = self.query(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM {self.db}.request_facts FINAL "
+                                 "WHERE fact_id IN %(ids)s", {"ids": ids[i:i + 10_000]})
+            out.update((r[0], RequestFact(*r)) for r in rows)
+        return out
 
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
         self.insert("reference_documents", [[cluster_id, kind, observed_at_ms, document]],

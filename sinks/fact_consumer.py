@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import orjson
 from confluent_kafka import Consumer, TopicPartition
@@ -46,8 +46,10 @@ class SinkStopped(RuntimeError):
 class SinkLoop:
     def __init__(self, bootstrap: str, topics: Topics, store, group: str, dead_letter: Callable[[str, str, bytes], None],
                  dead_letter_flush: Callable[[], None], progress: Callable[[str], None], lock: threading.Lock,
-                 should_stop: Callable[[], bool], batch_records: int = 50_000, on_store_error=None) -> None:
+                 should_stop: Callable[[], bool], batch_records: int = 50_000, on_store_error=None,
+                 client: Mapping[str, str] | None = None) -> None:
         self.bootstrap, self.topics, self.store, self.progress = bootstrap, topics, store, progress
+        self.client = dict(client or {})
         self.lock, self.should_stop, self.batch_records = lock, should_stop, batch_records
         self.on_store_error = on_store_error or (lambda transient: None)
         self.dead_letter_flush = dead_letter_flush
@@ -55,8 +57,9 @@ class SinkLoop:
         self.kinds = {spec.name: kind for kind, spec in topics.facts.items()}
         self.names = [*self.kinds, topics.progress.name, topics.reference.name]
         self.reference_codec = Codec("reference_document")
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest", "log_level": 3, "fetch.max.bytes": 52_428_800,
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, **self.client, "group.id": group,
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
+                                  "fetch.max.bytes": 52_428_800,
                                   "max.partition.fetch.bytes": 8_388_608, "queued.max.messages.kbytes": 65_536,
                                   "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
                                   "max.poll.interval.ms": 900_000})
@@ -141,7 +144,7 @@ class SinkLoop:
                 self.store.write_reference(r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"])
 
     def ends(self) -> dict[str, int]:
-        return {k: high for k, (_, high) in read_extents(self.bootstrap, self.names).items()}
+        return {k: high for k, (_, high) in read_extents(self.bootstrap, self.names, client=self.client).items()}
 
     def drain(self, ends: dict[str, int]) -> None:
         """Write everything up to ``ends`` (the fact topics' end offsets once the workers finished)."""

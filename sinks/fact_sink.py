@@ -8,6 +8,8 @@ values in one call (streams/fact_codec.py) and writes every fact in one batch th
   with the reason and skipped; the rest are written;
 - a row the store refuses for good is found by bisection and dead-lettered alone, as the raw
   value it came in, under the source record it was derived from; the rest are written;
+- a request event that repeats a recorded request with other content is dead-lettered with
+  ``"RequestConflict: ..."`` (domain/requests.py ``settle_requests``): the recorded one stands;
 - a store that refuses the table whatever the rows raises ``PermanentStoreError`` and one that
   is down raises a transient ``StoreError``: nothing is dead-lettered for that, and the caller
   writes the same messages again (facts are idempotent: a rewrite changes nothing; a dead
@@ -27,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 from gpuledger.domain.facts import FactBatch
 from gpuledger.sinks.base import FactStore, PermanentStoreError
-from gpuledger.sinks.isolate import TABLES, write_isolating
+from gpuledger.sinks.isolate import TABLES, settle_batch, write_isolating
 from gpuledger.streams.fact_codec import FACT_KINDS, decode_facts
 
 __all__ = ["DeadLetter", "FactSink"]
@@ -58,10 +60,12 @@ class FactSink:
         self.store, self.dead_letter = store, dead_letter
         self.undecodable = 0  # values dead-lettered because they are not facts (over the sink's life)
         self.refused = 0  # rows dead-lettered because the store refused them for good
+        self.conflicts = 0  # request events dead-lettered because they contradict a recorded request
 
     def write(self, messages: Iterable[tuple[str, bytes]]) -> dict[str, int]:
-        """Decode and write ``messages``; returns the facts written per kind (every kind of
-        ``FACT_KINDS`` present, 0 when none). Raises ``StoreError`` as described above."""
+        """Decode and write ``messages``; returns the facts stored per kind (written now or
+        recorded before; every kind of ``FACT_KINDS`` present, 0 when none). Raises
+        ``StoreError`` as described above."""
         values: dict[str, list[bytes]] = {k: [] for k in FACT_KINDS}
         index: dict[str, list[int]] = {k: [] for k in FACT_KINDS}
         for i, (kind, value) in enumerate(messages):
@@ -91,8 +95,14 @@ class FactSink:
             self.dead_letter(_source(kind, fact), f"StoreRejected: {table} row {fact.fact_id}: {exc}",
                              decoded[kind].raw(fact))
 
+        def conflict(fact, reason: str) -> None:
+            self.conflicts += 1
+            refused["requests"] += 1
+            self.dead_letter(_source("requests", fact), reason, decoded["requests"].raw(fact))
+
         batch = FactBatch(**{k: decoded[k].facts for k in FACT_KINDS})
         if any(decoded[k].facts for k in FACT_KINDS):
+            batch = settle_batch(self.store, batch, conflict)
             write_isolating(self.store, batch, reject)
         return {k: len(decoded[k].facts) - refused[k] for k in FACT_KINDS}
 

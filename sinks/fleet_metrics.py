@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from gpuledger.config.metrics_http import serve_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -234,9 +235,9 @@ class FleetExporter:
         self.last_refresh.set(time.time())
         return True
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serve /metrics on ``port`` (0 = any free port) until ``close``; returns the port."""
-        self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1", token: str | None = None) -> int:
+        """Serve /metrics on ``addr``:``port`` (0 = any free port) until ``close``; returns the port."""
+        self._server = serve_metrics(self.registry, port, addr, token)
         return self._server.server_address[1]
 
     def close(self) -> None:
@@ -256,8 +257,8 @@ def serve_fleet_metrics(settings: Settings, port: int, interval_s: float, stop: 
 
     exporter = FleetExporter(lambda: open_reader(settings.home, settings.effective_dsn()), int(window_s * 1000),
                              idle_sm_active_ratio)
-    bound = exporter.serve(port)
-    progress(f"metrics: fleet gauges at http://0.0.0.0:{bound}/metrics, every {interval_s:g}s")
+    bound = exporter.serve(port, settings.metrics_addr, settings.metrics_secret())
+    progress(f"metrics: fleet gauges at http://{settings.metrics_addr}:{bound}/metrics, every {interval_s:g}s")
     stop = stop or threading.Event()
     try:
         while not stop.is_set():

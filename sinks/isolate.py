@@ -16,14 +16,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dataclasses import replace
+
 from gpuledger.domain.facts import FactBatch
+from gpuledger.domain.requests import RequestFact, settle_requests
 from gpuledger.sinks.base import FactStore, PermanentStoreError
 
-__all__ = ["TABLES", "write_isolating"]
+__all__ = ["TABLES", "settle_batch", "write_isolating"]
 
 TABLES = {"capacity": "capacity_facts", "utilization": "utilization_facts", "requests": "request_facts",
           "demand": "demand_facts"}
 Reject = Callable[[str, object, PermanentStoreError], None]  # (table, fact, error)
+
+
+def settle_batch(store: FactStore, batch: FactBatch, conflict: Callable[[RequestFact, str], None]) -> FactBatch:
+    """``batch`` less the request events that repeat a request already recorded: one with other
+    content is handed to ``conflict`` with the reason (the recorded one stands); one with the
+    same content is left out (nothing to write)."""
+    if not batch.requests:
+        return batch
+    write, conflicts = settle_requests(batch.requests, store.known_requests([f.fact_id for f in batch.requests]))
+    for fact, reason in conflicts:
+        conflict(fact, reason)
+    return replace(batch, requests=write)
 
 
 def write_isolating(store: FactStore, batch: FactBatch, reject: Reject) -> int:

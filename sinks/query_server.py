@@ -1,31 +1,97 @@
 """The query endpoint of the process that owns the embedded engine (chdb allows one process
-per directory): ``POST /query`` with ``{"sql": ..., "parameters": ...}``, on 127.0.0.1, the
-URL announced in ``HOME/process.json``. Reads and the sink's writes share one lock."""
+per directory): ``POST /query`` with ``{"sql": ..., "parameters": ...}``.
+
+What it lets through, and what it does not:
+
+1. Only a caller with the bearer token (``Authorization: Bearer ...``; ``HOME/query.token``,
+   mode 0600, or the ``query_token`` setting) gets an answer; others get 401.
+2. Only non-browser callers: a request with an ``Origin`` or a cross-site ``Sec-Fetch-Site``
+   header is refused (403), and the body must be ``application/json`` (415), so a web page
+   cannot send one without a preflight this server never answers.
+3. The SQL runs with ``readonly=1`` set on the engine itself (no writes, no DDL, no table
+   functions reading files or URLs, no settings changed), a time limit, a memory limit and a
+   result-row limit (``READ_LIMITS``); ClickHouse refuses anything else.
+4. Bodies over ``query_max_body_bytes`` are refused (413) unread; a socket is dropped after
+   ``READ_TIMEOUT_S`` of silence (a slot held by a silent client comes back then); at most ``MAX_CONNECTIONS`` queries are served at once (503).
+
+It listens on loopback unless ``query_addr`` says otherwise. Queries run on the server's own
+threads; they share a lock with the sink's writes (one engine), held at most the time limit.
+"""
 
 from __future__ import annotations
 
+import hmac
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
 
-__all__ = ["QueryServer"]
+__all__ = ["MAX_CONNECTIONS", "QueryServer", "READ_TIMEOUT_S", "read_limits"]
+
+MAX_CONNECTIONS = 8
+READ_TIMEOUT_S = 10.0
+
+
+def read_limits(max_execution_s: float, max_memory_bytes: int, max_result_rows: int) -> dict:
+    """The settings every query through the endpoint runs with; ``readonly`` last, since it
+    forbids changing the settings that follow it."""
+    return {"max_execution_time": max_execution_s, "max_memory_usage": max_memory_bytes,
+            "max_result_rows": max_result_rows, "result_overflow_mode": "throw", "readonly": 1}
 
 
 class QueryServer:
-    def __init__(self, store, lock: threading.Lock, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(self, store, lock: threading.Lock, token: str, port: int = 0, host: str = "127.0.0.1",
+                 limits: dict | None = None, max_body_bytes: int = 1 << 20,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+        if not token:
+            raise ValueError("the query endpoint needs a token")
         self.store, self.lock = store, lock
+        self.limits = limits or read_limits(30.0, 2 << 30, 1_000_000)
+        expected = f"Bearer {token}".encode()
+        slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = read_timeout_s  # seconds of silence before the socket is dropped
+
             def do_POST(self) -> None:  # noqa: N802 — http.server's name
-                if self.path != "/query":
-                    self._send(404, {"error": "POST /query"})
+                refusal = self._refusal()
+                if refusal:
+                    self._send(*refusal)
+                    return
+                if not slots.acquire(blocking=False):
+                    self._send(503, {"error": f"{MAX_CONNECTIONS} queries are running: retry"})
                     return
                 try:
-                    body = orjson.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                    self._answer()
+                finally:
+                    slots.release()
+
+            def _refusal(self) -> tuple[int, dict] | None:
+                if self.path != "/query":
+                    return 404, {"error": "POST /query"}
+                given = (self.headers.get("Authorization") or "").encode()
+                if not hmac.compare_digest(given, expected):
+                    return 401, {"error": "a bearer token is required (HOME/query.token, or the query_token setting)"}
+                site = self.headers.get("Sec-Fetch-Site")
+                if self.headers.get("Origin") is not None or site not in (None, "none", "same-origin"):
+                    return 403, {"error": "cross-site requests are refused"}
+                if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+                    return 415, {"error": "send Content-Type: application/json"}
+                length = self.headers.get("Content-Length")
+                if length is None or not length.isdigit():
+                    return 411, {"error": "send a Content-Length"}
+                if int(length) > max_body_bytes:
+                    return 413, {"error": f"body over {max_body_bytes} bytes"}
+                return None
+
+            def _answer(self) -> None:
+                try:
+                    body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                    if not isinstance(body, dict) or not isinstance(body.get("sql"), str):
+                        raise ValueError('send {"sql": "...", "parameters": {...}}')
                     with outer.lock:
-                        columns, rows = outer.store.query(body["sql"], body.get("parameters"))
+                        columns, rows = outer.store.query(body["sql"], body.get("parameters"), outer.limits)
                 except Exception as exc:  # noqa: BLE001 — reported to the caller
                     self._send(400, {"error": str(exc)})
                     return
@@ -34,6 +100,8 @@ class QueryServer:
             def _send(self, status: int, payload: dict) -> None:
                 data = orjson.dumps(payload, default=str)
                 self.send_response(status)
+                if status == 401:
+                    self.send_header("WWW-Authenticate", "Bearer")
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -44,7 +112,7 @@ class QueryServer:
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
+        self.host, self.port = host, self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, name="query", daemon=True)
 
     def start(self) -> QueryServer:

@@ -7,7 +7,7 @@ from gpuledger.domain.cost import card_windows, parse_ratecards
 from gpuledger.domain.rows import first_valid
 from gpuledger.sinks.query import QueryPort
 
-__all__ = ["ShowbackRows", "read_showback_rows"]
+__all__ = ["ClusterScopeError", "ShowbackRows", "read_showback_rows"]
 
 CLIPPED_GPU_MS = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
 IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
@@ -91,9 +91,9 @@ def unattributed_samples_sql(db: str) -> str:
 
 
 def endpoint_capacity_sql(db: str) -> str:
-    return f"""SELECT endpoint_id, tenant_id, sum({CLIPPED_GPU_MS}) / 3600000 FROM {db}.capacity_facts FINAL
+    return f"""SELECT endpoint_id, tenant_id, namespace, sum({CLIPPED_GPU_MS}) / 3600000 FROM {db}.capacity_facts FINAL
         WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {IN_WINDOW}
-        GROUP BY endpoint_id, tenant_id ORDER BY endpoint_id, tenant_id"""
+        GROUP BY endpoint_id, tenant_id, namespace ORDER BY endpoint_id, tenant_id, namespace"""
 
 
 _REQUESTS_IN_WINDOW = "observed_at_ms >= %(f)s AND observed_at_ms < %(t)s"
@@ -153,7 +153,7 @@ def held_intervals_sql(db: str) -> str:
 
 
 def endpoint_intervals_sql(db: str) -> str:
-    return f"""SELECT endpoint_id, tenant_id, gpu_class, valid_from_ms, valid_to_ms, capacity_fraction
+    return f"""SELECT endpoint_id, tenant_id, gpu_class, valid_from_ms, valid_to_ms, capacity_fraction, namespace
         FROM {db}.capacity_facts FINAL
         WHERE kind = 'allocated' AND endpoint_id != '' AND tenant_id != '' AND {IN_WINDOW}"""
 
@@ -191,8 +191,27 @@ def class_physical_sql(db: str) -> str:
 
 
 def reference_sql(db: str, kind: str) -> str:
-    assert kind in ("ratecards", "quotas", "credits")
-    return f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = '{kind}' ORDER BY observed_at_ms DESC"
+    """A kind's documents published for the clusters ``%(clusters)s``, newest first."""
+    assert kind in ("ratecards", "quotas", "credits", "endpoints")
+    return (f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = '{kind}' "
+            "AND cluster_id IN %(clusters)s ORDER BY observed_at_ms DESC")
+
+
+def evidence_clusters_sql(db: str) -> str:
+    """The clusters whose evidence (capacity facts, inventory) falls in the window."""
+    return f"""SELECT cluster_id FROM {db}.capacity_facts FINAL WHERE {IN_WINDOW}
+        UNION DISTINCT SELECT cluster_id FROM {db}.inventory_gpus FINAL
+        WHERE valid_from_ms < %(t)s AND coalesce(valid_to_ms, %(t)s) > %(f)s"""
+
+
+class ClusterScopeError(ValueError):
+    """The window holds evidence of more than one cluster: each is priced by its own documents."""
+
+
+def _documents(reader: QueryPort, kind: str, clusters: list[str]) -> list[str]:
+    if not clusters:
+        return []
+    return [r[0] for r in reader.query(reference_sql(reader.db, kind), {"clusters": clusters})[1]]
 
 
 class ShowbackRows(dict):
@@ -222,9 +241,16 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     rows["endpoint_capacity"] = reader.query(endpoint_capacity_sql(db), p)[1]
     rows["endpoint_usage"] = reader.query(endpoint_usage_sql(db), p)[1]
     rows["productive_work"] = reader.query(productive_work_sql(db), p)[1]
-    rows["ratecards"] = [r[0] for r in reader.query(reference_sql(db, "ratecards"))[1]]
-    rows["quotas"] = [r[0] for r in reader.query(reference_sql(db, "quotas"))[1]]
-    rows["credits"] = [r[0] for r in reader.query(reference_sql(db, "credits"))[1]]
+    # Rate cards, quotas, credits and endpoint declarations apply to the cluster they were
+    # published for: only the documents of the cluster whose evidence this is are read.
+    clusters = sorted({r[0] for r in reader.query(evidence_clusters_sql(db), {"f": from_ms, "t": to_ms})[1]})
+    if len(clusters) > 1:
+        raise ClusterScopeError(f"the store holds evidence of {len(clusters)} clusters in this window "
+                                f"({', '.join(clusters[:5])}): each is priced by its own rate cards, so keep one "
+                                "cluster per store (GPULEDGER_TOPIC_PREFIX and the ClickHouse database per cluster)")
+    rows["clusters"] = clusters
+    for kind in ("ratecards", "quotas", "credits", "endpoints"):
+        rows[kind] = _documents(reader, kind, clusters)
     cards = first_valid(rows["ratecards"], parse_ratecards, "rate cards")
     rows["windows"] = []
     for card, a, b in card_windows(cards, from_ms, window_to):

@@ -4,6 +4,9 @@ One JVM runs broker and controller together (``process.roles=broker,controller``
 a static quorum (``controller.quorum.voters``). Storage is formatted once with
 ``kafka.tools.StorageTool format``; the broker runs as ``kafka.Kafka``. All state lives
 under ``HOME/kafka``; the jars come from the Maven cache folder filled by ``make``.
+
+The client listener is PLAINTEXT, or SASL_SSL when the home is first started with a SASL
+mechanism (``stack up --secure``; stack/secure.py). A home keeps the listener it was made with.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+
+from gpuledger.stack.secure import SecureListener, write_private
 
 __all__ = ["BrokerStatus", "KafkaBroker", "StackError", "free_port", "new_cluster_id"]
 
@@ -72,13 +77,41 @@ def _pid_alive(pid: int) -> bool:
 class KafkaBroker:
     """A local broker owned by one gpuledger home."""
 
-    def __init__(self, home: Path, bootstrap: str, libs: Path, heap_opts: str = "-Xms256m -Xmx768m") -> None:
+    def __init__(self, home: Path, bootstrap: str, libs: Path, heap_opts: str = "-Xms256m -Xmx768m",
+                 sasl_mechanism: str | None = None, client: Mapping[str, str] | None = None) -> None:
+        """``sasl_mechanism``: make a new home's listener SASL_SSL with it. ``client``: the
+        security properties to reach a broker this home did not make (a home with SASL_SSL
+        uses its own)."""
         self.dir = (home / "kafka").resolve()
         self.heap_opts = heap_opts
         self.bootstrap = bootstrap
         self.libs = libs.resolve()
         host, _, port = bootstrap.rpartition(":")
         self.host, self.port = host or "127.0.0.1", int(port)
+        self.sasl_mechanism, self._client = sasl_mechanism, dict(client or {})
+        self.secure = SecureListener(self.dir, self.host)
+
+    @property
+    def listener(self) -> str:
+        """The client listener's protocol (and SASL mechanism) of this home's broker."""
+        return f"SASL_SSL ({self.secure.secrets()['mechanism']})" if self.secure.exists() else "PLAINTEXT"
+
+    def client_config(self) -> dict[str, str]:
+        """Security properties of a client of this broker (holds the password: never print it):
+        the home's own login, none for a PLAINTEXT broker of this home, else ``client``."""
+        if self.secure.exists():
+            return self.secure.client_config()
+        return {} if self._props.exists() else dict(self._client)
+
+    def _check_listener(self) -> None:
+        """A home keeps the listener it was made with: asking for another is an error naming the fix."""
+        if not self._props.exists() or self.sasl_mechanism is None:
+            return
+        made = self.secure.secrets()["mechanism"] if self.secure.exists() else None
+        if made != self.sasl_mechanism:
+            raise StackError(f"{self.dir} was set up with {f'SASL_SSL ({made})' if made else 'a PLAINTEXT listener'}: "
+                             f"stop it (`gpuledger stack down`) and remove {self.dir} to set it up with SASL_SSL "
+                             f"({self.sasl_mechanism}), or start it as it is")
 
     # -- files -----------------------------------------------------------------
     @property
@@ -120,16 +153,20 @@ class KafkaBroker:
             "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
             "log4j.logger.kafka=WARN\nlog4j.logger.org.apache.kafka=WARN\nlog4j.logger.state.change.logger=WARN\n"
             "log4j.logger.kafka.server.KafkaServer=INFO\nlog4j.logger.kafka.server.BrokerServer=INFO\n"
+            "log4j.logger.org.apache.kafka.common.network.Selector=INFO\n"  # names each refused authentication
         )
+        if self.sasl_mechanism is not None:
+            self.secure.prepare(self.sasl_mechanism, StackError)
+        listener = "SASL_SSL" if self.secure.exists() else "PLAINTEXT"
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{self.host}:{controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "listeners": f"{listener}://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}",
+            "advertised.listeners": f"{listener}://{self.host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": listener,
+            "listener.security.protocol.map": f"{listener}:{listener},CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.dir / "data"),
             "num.partitions": "4",
             "offsets.topic.replication.factor": "1",
@@ -141,7 +178,10 @@ class KafkaBroker:
             "log.retention.hours": "-1",
             "message.max.bytes": "8388608",
         }
-        self._props.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        if self.secure.exists():
+            props.update(self.secure.server_properties())
+            self.secure.write_client_env(self.bootstrap)
+        write_private(self._props, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
 
     def _format(self) -> None:
         if (self.dir / "data" / "meta.properties").exists():
@@ -149,9 +189,12 @@ class KafkaBroker:
         cluster_id = new_cluster_id()
         cmd = [self._java(), "-cp", self._classpath(), "kafka.tools.StorageTool",
                "format", "-t", cluster_id, "-c", str(self._props)]
+        if self.secure.exists():
+            cmd += self.secure.format_args()
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise StackError(f"formatting Kafka storage in {self.dir} failed: {done.stderr.strip() or done.stdout.strip()}")
+            said = self.secure.redact(done.stderr.strip() or done.stdout.strip())
+            raise StackError(f"formatting Kafka storage in {self.dir} failed: {said}")
 
     # -- lifecycle --------------------------------------------------------------
     def _pid(self) -> int | None:
@@ -165,7 +208,8 @@ class KafkaBroker:
         try:
             with socket.create_connection((self.host, self.port), timeout=timeout_s):
                 pass
-            admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0, "logger": _Quiet()})
+            admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.client_config(), "log_level": 0,
+                                 "logger": _Quiet()})
             md = admin.list_topics(timeout=timeout_s)
             return bool(md.brokers)
         except Exception:  # noqa: BLE001 — any failure means "not ready yet"
@@ -173,6 +217,7 @@ class KafkaBroker:
 
     def up(self, wait_s: float = 90.0, progress=print) -> BrokerStatus:
         """Start the broker unless it runs already; return once it answers metadata."""
+        self._check_listener()
         pid = self._pid()
         if pid is None and self.reachable(1.0):
             progress(f"kafka: using the broker already answering at {self.bootstrap} (not started by this home)")
@@ -188,7 +233,7 @@ class KafkaBroker:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.dir)
             self._pidfile.write_text(str(proc.pid))
-            progress(f"kafka: started broker pid {proc.pid} on {self.bootstrap} (log {self.log_file})")
+            progress(f"kafka: started broker pid {proc.pid} on {self.bootstrap}, {self.listener} (log {self.log_file})")
             pid = proc.pid
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:

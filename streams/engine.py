@@ -34,6 +34,7 @@ import orjson
 from gpuledger.domain.attribution import NEG_INF, Attributor
 from gpuledger.domain.bounds import check_event_time_ms
 from gpuledger.domain.cost import parse_ratecards
+from gpuledger.domain.endpoints import parse_endpoints
 from gpuledger.domain.facts import FactBatch, SourcePos
 from gpuledger.domain.inventory import parse_inventory
 from gpuledger.domain.pricing import parse_credits
@@ -45,7 +46,7 @@ __all__ = ["BROADCAST", "Engine", "EventTimeError", "REFERENCE_PARSERS", "Refere
 
 DeadLetter = Callable[[str, str, bytes], None]  # (source, reason, raw)
 REFERENCE_PARSERS = {"inventory": parse_inventory, "ratecards": parse_ratecards, "quotas": parse_quotas,
-                     "credits": parse_credits}
+                     "credits": parse_credits, "endpoints": parse_endpoints}
 BROADCAST = "broadcast"
 PRUNE_EVERY_MS = 60_000  # event time between two prunes of the broadcast history
 

@@ -32,7 +32,8 @@ import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from gpuledger.config.metrics_http import serve_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["WorkerMetrics"]
 
@@ -132,7 +133,6 @@ class WorkerMetrics:
             if topic in newest:
                 self.last_event.labels(topic).set(newest[topic] / 1000)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+    def serve(self, port: int, addr: str = "127.0.0.1", token: str | None = None) -> int:
         """Serve /metrics on ``port`` (0 = any free port); returns the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return server.server_address[1]
+        return serve_metrics(self.registry, port, addr, token).server_address[1]

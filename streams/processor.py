@@ -43,7 +43,7 @@ from gpuledger.domain.attribution import Counters
 from gpuledger.domain.facts import FactBatch
 from gpuledger.domain.inventory import parse_inventory
 from gpuledger.sinks.base import Checkpoint, FactStore, PermanentStoreError
-from gpuledger.sinks.isolate import write_isolating
+from gpuledger.sinks.isolate import settle_batch, write_isolating
 from gpuledger.streams.engine import Engine, EventTimeError, check_event_time, merge_progress
 from gpuledger.bus.topics import Topics
 
@@ -136,6 +136,8 @@ class Processor:
             else:
                 self.store.write_reference(ref.cluster_id, ref.kind, ref.observed_at_ms, ref.document_json)
         self.engine.references.clear()
+        batch = settle_batch(self.store, batch, self._conflict)
+        self._unwritten = batch
         write_isolating(self.store, batch, self._reject_fact)  # 1. facts; on a StoreError they stay for the retry
         self.dead_letter_flush()
         self._unwritten = FactBatch()
@@ -159,6 +161,10 @@ class Processor:
 
     def take_series_skipped(self) -> dict[str, int]:
         return self.engine.take_series_skipped()
+
+    def _conflict(self, fact: object, reason: str) -> None:
+        source = f"{getattr(fact, 'src_topic', '')}/{getattr(fact, 'src_partition', '')}@{getattr(fact, 'src_offset', '')}"
+        self.dead_letter(source, reason, repr(fact).encode())
 
     def _reject_fact(self, table: str, fact: object, exc: PermanentStoreError) -> None:
         """A fact row the store refuses for good: dead-lettered under the record it came from."""

@@ -43,6 +43,7 @@ from gpuledger.config import Settings
 from gpuledger.domain.attribution import NEG_INF
 from gpuledger.bus.dead_letter import DeadLetters
 from gpuledger.bus.publisher import KafkaPublisher
+from gpuledger.bus.security import client_config
 from gpuledger.bus.changelog import Changelog
 from gpuledger.streams.engine import Engine
 from gpuledger.streams.fact_codec import encode_batch
@@ -74,18 +75,19 @@ class Worker:
         self.s, self.job, self.progress, self.should_stop = settings, job, progress, should_stop
         t = self.topics = job.topics
         self.metrics = WorkerMetrics()
-        self.publisher = KafkaPublisher(settings.kafka_bootstrap)
+        self.client = client = client_config(settings)
+        self.publisher = KafkaPublisher(settings.kafka_bootstrap, client=client)
         self.dead = DeadLetters(self.publisher, t.dead_letter.name, wall_ms)
         self.engine = Engine(t, self.metrics.counting_dead_letters(self.dead.send), int(settings.stale_ceiling_s * 1000),
                              int(settings.podresources_grace_s * 1000), int(settings.max_future_skew_s * 1000),
                              int(settings.allowed_lateness_s * 1000))
-        self.producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
+        self.producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
                                   "message.max.bytes": STATE_MAX_BYTES + 1_000_000, "log_level": 3,
                                   # a bounded queue: when the broker falls behind, producing waits (backpressure)
                                   "queue.buffering.max.messages": 200_000,
                                   "queue.buffering.max.kbytes": 2 * STATE_MAX_BYTES // 1024})
-        self.changelog = Changelog(settings.kafka_bootstrap, t, self.producer)
+        self.changelog = Changelog(settings.kafka_bootstrap, t, self.producer, client)
         self.unit_topics = list(self.engine.unit_topics)
         self.bcast_topics = list(self.engine.broadcast_topics)
         self.paced = {t.k8s.name, t.podresources.name, t.dcgm.name, t.vgpu.name, t.requests.name}
@@ -97,7 +99,7 @@ class Worker:
         self.stats = {"records": 0, "facts": 0, "commits": 0}
         self.last_commit = self.started = time.monotonic()
         self.delivery_errors: list[str] = []
-        base = {"bootstrap.servers": settings.kafka_bootstrap, "enable.auto.commit": False, "log_level": 3,
+        base = {"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.auto.commit": False, "log_level": 3,
                 "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608,
                 "queued.max.messages.kbytes": 32_768, "fetch.wait.max.ms": 100,
                 "auto.offset.reset": "earliest", "enable.partition.eof": False}
@@ -111,7 +113,7 @@ class Worker:
     # -- positions -------------------------------------------------------------------
     def _refresh_extents(self) -> None:
         names = sorted(set(self.unit_topics) | set(self.bcast_topics))
-        self.extents = read_extents(self.s.kafka_bootstrap, names)
+        self.extents = read_extents(self.s.kafka_bootstrap, names, client=self.client)
         stop = self.job.stop_offsets
         if stop is not None:
             self.extents = {k: (low, min(high, stop.get(k, low))) for k, (low, high) in self.extents.items()}
@@ -400,6 +402,7 @@ def run_worker(settings: Settings, job: WorkerJob, progress: Callable[[str], Non
                should_stop: Callable[[], bool]) -> int:
     worker = Worker(settings, job, progress, wall_ms, should_stop)
     if settings.worker_metrics_port >= 0:
-        port = worker.metrics.serve(settings.worker_metrics_port, settings.metrics_addr)
+        port = worker.metrics.serve(settings.worker_metrics_port, settings.metrics_addr,
+                                    settings.metrics_secret())
         progress(f"worker: metrics at http://{settings.metrics_addr}:{port}/metrics")
     return worker.run()

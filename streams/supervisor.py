@@ -26,14 +26,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+from pydantic import SecretStr
 
 from gpuledger.config import Settings
 from gpuledger.bus.dead_letter import DeadLetters
 from gpuledger.bus.publisher import KafkaPublisher
+from gpuledger.bus.security import client_config
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.fact_consumer import SinkLoop, SinkStopped
 from gpuledger.sinks.failpoint import OutageStore
-from gpuledger.sinks.query_server import QueryServer
+from gpuledger.sinks.query import TOKEN_FILE, announce, query_token
+from gpuledger.sinks.query_server import QueryServer, read_limits
 from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.bus.topics import Topics, ensure_topics, topics_for
 
@@ -50,13 +53,16 @@ def _die_with_parent() -> None:
 
 
 def child_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment that gives a child process the same settings as this one."""
+    """The environment that gives a child process the same settings as this one (secrets included:
+    the child needs them, e.g. the Kafka SASL password)."""
     env = dict(os.environ)
     for name in type(settings).model_fields:
         key = f"GPULEDGER_{name.upper()}"
         value = getattr(settings, name)
         if value is None:
             env.pop(key, None)
+        elif isinstance(value, SecretStr):
+            env[key] = value.get_secret_value()
         elif isinstance(value, (tuple, list, dict)):
             env[key] = orjson.dumps(value).decode()
         elif isinstance(value, bool):
@@ -85,12 +91,14 @@ def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Ca
     """The sink loop; with ``workers``, until they exit (then drain when caught up)."""
     metrics = WorkerMetrics()
     if settings.sink_metrics_port >= 0:
-        progress(f"sink: metrics at http://{settings.metrics_addr}:{metrics.serve(settings.sink_metrics_port, settings.metrics_addr)}"
-                 "/metrics")
-    publisher = KafkaPublisher(settings.kafka_bootstrap)
+        port = metrics.serve(settings.sink_metrics_port, settings.metrics_addr, settings.metrics_secret())
+        progress(f"sink: metrics at http://{settings.metrics_addr}:{port}/metrics")
+    client = client_config(settings)
+    publisher = KafkaPublisher(settings.kafka_bootstrap, client=client)
     dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
     sink = SinkLoop(settings.kafka_bootstrap, topics, store, group, metrics.counting_dead_letters(dead.send),
-                    dead.flush, progress, lock, should_stop, settings.sink_batch_records, metrics.store_error)
+                    dead.flush, progress, lock, should_stop, settings.sink_batch_records, metrics.store_error,
+                    client=client)
     last = 0.0
     try:
         while True:
@@ -129,17 +137,18 @@ def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Ca
 def run_process(settings: Settings, until_caught_up: bool, workers: int, progress: Callable[[str], None],
                 wall_ms: Callable[[], int]) -> int:
     topics = topics_for(settings)
-    ensure_topics(settings.kafka_bootstrap, topics)
+    ensure_topics(settings.kafka_bootstrap, topics, client=client_config(settings))
     store = ClickHouseStore(settings.effective_dsn())
     store.ensure_schema()
     if settings.failpoint_store_outage:  # fault injection for the fault suite: writes refused for a while
         store = OutageStore(store, *settings.failpoint_store_outage, time.monotonic)
     lock = threading.Lock()
-    server = QueryServer(store, lock, settings.query_port).start()
-    marker = Path(settings.home) / "process.json"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_bytes(orjson.dumps({"pid": os.getpid(), "query_url": f"http://127.0.0.1:{server.port}/query",
-                                     "dsn": settings.effective_dsn()}))
+    token = query_token(settings.query_token.get_secret_value() if settings.query_token else None)
+    server = QueryServer(store, lock, token, settings.query_port, settings.query_addr,
+                         read_limits(settings.query_max_execution_s, settings.query_max_memory_bytes,
+                                     settings.query_max_result_rows), settings.query_max_body_bytes).start()
+    host = settings.query_addr if ":" not in settings.query_addr else f"[{settings.query_addr}]"
+    marker = announce(Path(settings.home), f"http://{host}:{server.port}/query", settings.effective_dsn(), token)
     stopping = threading.Event()
     procs: list[subprocess.Popen] = []
 
@@ -176,5 +185,6 @@ def run_process(settings: Settings, until_caught_up: bool, workers: int, progres
         for sig, handler in old.items():
             signal.signal(sig, handler)
         marker.unlink(missing_ok=True)
+        (marker.parent / TOKEN_FILE).unlink(missing_ok=True)
         server.stop()
         store.close()

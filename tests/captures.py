@@ -78,7 +78,7 @@ def bad_input(capture: Path) -> tuple[dict[str, list[tuple[str, str]]], dict[str
             (dumps({**pr, "observed_at": "2099-01-01T00:00:00Z"}), "max_future_skew_s"),
         ],
         "requests.jsonl": [
-            (dumps({**req, "request_id": "huge", "prompt_tokens": 2**63}), "2^53 - 1"),
+            (dumps({**req, "request_id": "huge", "prompt_tokens": 2**63}), "2^31 - 1"),
             (dumps({**req, "request_id": "minus", "completion_tokens": -1}), "negative"),
         ],
         "dcgm.jsonl": [

@@ -10,10 +10,12 @@ Three steps, in the plugin's order:
 2. Template variables (Grafana's ``TemplateSrv.replace`` with the plugin's format function):
    ``$var``, ``${var}``, ``${var:format}`` and ``[[var]]``. Without a format, a multi-value
    selection becomes ``'a','b'`` and a single value is inserted as is; ``:singlequote``
-   quotes every value (``'`` escaped as ``\\'``). All selects every option's value unless the
-   variable has a custom ``allValue``, which is inserted unformatted. Grafana's ``$__from``,
-   ``$__to`` (epoch ms), ``$__interval_ms``, ``$__range_s`` and ``$__range_ms`` are
-   replaced too; any other ``$__name`` is left for the backend.
+   quotes every value (``'`` escaped as ``\\'``); ``:percentencode`` percent-encodes
+   everything but letters, digits and ``-_.~`` (``encodeURIComponentStrict``; a list as
+   ``{a,b}``), so a value cannot leave a string literal. All selects every option's value
+   unless the variable has a custom ``allValue``, which is inserted unformatted. Grafana's
+   ``$__from``, ``$__to`` (epoch ms), ``$__interval_ms``, ``$__range_s`` and ``$__range_ms``
+   are replaced too; any other ``$__name`` is left for the backend.
 3. Backend macros (``pkg/macros/macros.go`` of grafana/clickhouse-datasource 4.2.0 and later:
    the ``_ms`` variants came in 4.0.3, ``$__dateTimeFilter``/``$__dt`` in 4.2.0), interpolated
    by grafana-plugin-sdk-go ``data/sqlutil`` ``Interpolate`` (through sqlds), which adds the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import quote
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -156,6 +159,7 @@ _FORMATS = {
     "pipe": lambda v: "|".join(v) if isinstance(v, list) else str(v),
     "raw": lambda v: ",".join(v) if isinstance(v, list) else str(v),
     "json": lambda v: json.dumps(v, separators=(",", ":")),
+    "percentencode": lambda v: quote("{" + ",".join(v) + "}" if isinstance(v, list) else str(v), safe=""),
 }
 
 

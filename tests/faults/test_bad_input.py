@@ -3,7 +3,7 @@ capture file, broken exposition text, broken PodResources responses and watch ob
 request lines, and truncated, mis-framed and wrong-schema Avro published straight to the
 source topics, plus the shapes and values that once stopped ingest (a watch object's
 metadata that is not an object, PodResources containers, devices or deviceIds of the wrong
-shape, event times before 2000 or far ahead, token counts beyond 2^53). Every bad record
+shape, event times before 2000 or far ahead, token counts beyond 2^31). Every bad record
 ends in the dead-letter topic with a reason, the worker does not crash, the good records
 give exactly the clean run's facts, and the input adds up: records = applied +
 dead-lettered; samples = attributed + unattributed."""

@@ -23,7 +23,7 @@ def _utilization_rows_via_worker(stack: Stack) -> int:
     if not marker.exists():
         return 0
     try:
-        client = WorkerQueryClient(orjson.loads(marker.read_bytes())["query_url"])
+        client = WorkerQueryClient.from_home(stack.home)
         return int(client.query("SELECT count() FROM gpuledger.utilization_facts")[1][0][0])
     except Exception:  # noqa: BLE001 — worker not serving yet
         return 0

@@ -4,6 +4,7 @@ one (confluent-kafka on the broker; clickhouse-connect on the chdb engine)."""
 import os
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -16,6 +17,7 @@ from gpuledger.producers.base import MAX_RECORD_BYTES, ListPublisher
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.sinks.base import Checkpoint, MemoryStore
 from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.sinks.isolate import settle_batch, write_isolating
 
 pytestmark = pytest.mark.integration
 
@@ -144,6 +146,23 @@ def test_store_writes_are_idempotent_by_fact_id(store):
     store.store.write_facts(FactBatch([_cap(1), _cap(2)], [_util(0), _util(1)], [_req(0), _req(1)]))  # replayed batch
     caps, utils, reqs, rows = store.fact_ids()
     assert caps == {"c0", "c1", "c2"} and utils == {"u0", "u1"} and reqs == {"r0", "r1"} and rows == 3
+
+
+def test_store_gives_back_the_recorded_requests_whole(store):
+    store.store.write_facts(FactBatch(requests=[_req(0), _req(1), replace(_req(2), queue_s=None, ttft_s=None)]))
+    known = store.store.known_requests(["r2", "r0", "r9", "r0"])
+    assert known == {"r0": _req(0), "r2": replace(_req(2), queue_s=None, ttft_s=None)}
+
+
+def test_a_forged_repeat_of_a_request_does_not_replace_it(store):
+    forged = replace(_req(0), tenant_id="victim", output_tokens=10**9, src_offset=99)
+    conflicts = []
+    for batch in (FactBatch(requests=[_req(0)]), FactBatch(requests=[forged, _req(1)])):
+        write_isolating(store.store, settle_batch(store.store, batch, lambda f, r: conflicts.append((f, r))),
+                        lambda *a: None)
+    assert store.store.known_requests(["r0", "r1"]) == {"r0": _req(0), "r1": _req(1)}
+    assert [f.src_offset for f, _ in conflicts] == [99]
+    assert "tenant_id 'victim' (recorded 't')" in conflicts[0][1] and "topic/0@0" in conflicts[0][1]
 
 
 def test_store_returns_the_latest_checkpoint(store):

@@ -64,7 +64,7 @@ def test_a_dropped_table_stops_the_worker_with_exit_1_naming_the_table_and_the_f
     try:
         wait_for(lambda: (stack.home / "process.json").exists() and "samples waiting" in log.read_text(), 180,
                  "the worker serving queries")
-        client = WorkerQueryClient(orjson.loads((stack.home / "process.json").read_bytes())["query_url"])
+        client = WorkerQueryClient.from_home(stack.home)
         client.query("DROP TABLE gpuledger.request_facts")
         pub = KafkaPublisher(BOOTSTRAP)
         pub.publish(f"{stack.prefix}.source.requests", b"chat", Codec("request_event").encode({

@@ -9,6 +9,9 @@ it goes through the engine's parser, and ``test_access_sql_on_a_server`` applies
 server named by ``GPULEDGER_TEST_CLICKHOUSE_URL`` (an admin login, e.g.
 ``http://admin:secret@127.0.0.1:8123``) with ``make test-clickhouse-server``; ``make test``
 leaves it out (marker ``clickhouse_server``), as no ClickHouse server can be installed here.
+There it also checks what holds on a server at its shipped defaults (no config.d): a login
+holding only the shared tenants role reads no fact, and the reader limits and quota apply.
+The embedded engine enforces the readers' profile constraints and quota of the users file.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from chdb_identity import run_request
-from gpuledger.sinks.access import AccessModel
+from gpuledger.sinks.access import TENANT_FACT_TABLES, AccessModel
+from gpuledger.sinks.access_limits import ReaderLimits
+from gpuledger.sinks.access_logins import stack_logins
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from isolation_cases import (TENANTS, Runner, assert_reads_every_tenant, assert_tenant_isolated, load_requests,
                              probes, refused)
@@ -105,8 +110,57 @@ def test_a_login_of_two_tenants_reads_both_and_a_tenant_without_a_policy_reads_n
     assert both["by_tenant capacity_facts"]["rows"] == [[ACME, 3], [GLOBEX, 2]]
     assert both["not_mine capacity_facts"] == {"rows": [[2]]}  # globex's, never the unattributed ones
     bare = engine.runner("bare", MODEL.embedded_users_xml(roles=[MODEL.tenants_role]))(probes("gpuledger", ACME, GLOBEX))
-    assert bare["by_tenant capacity_facts"] == {"rows": []}
-    assert bare["reference kinds"] == {"rows": [["ratecards"]]}
+    assert_reads_no_fact(bare)
+
+
+def assert_reads_no_fact(seen: dict[str, dict]) -> None:
+    """The shared tenants role alone: no row of any fact table, the rate cards only."""
+    for t in TENANT_FACT_TABLES:
+        assert seen[f"by_tenant {t}"] == {"rows": []}, t
+        assert seen[f"other {t}"] == {"rows": [[0]]} and seen[f"not_mine {t}"] == {"rows": [[0]]}, t
+    assert seen["reference kinds"] == {"rows": [["ratecards"]]}
+
+
+# Small limits, so the engine's refusals show: a result over 10,000 rows, a quota of 12 queries.
+TIGHT = ReaderLimits(max_result_rows=10_000, quota_queries=12)
+LIMIT_PROBES = [
+    ("small result", {"sql": "SELECT count() FROM (SELECT arrayJoin(range(9000)))"}),
+    ("large result", {"sql": "SELECT x FROM (SELECT arrayJoin(range(20000)) AS x) ORDER BY x"}),
+    ("lift result limit", {"sql": "SELECT 1 SETTINGS max_result_rows = 0"}),
+    ("lift memory limit", {"sql": "SELECT 1 SETTINGS max_memory_usage = 0"}),
+    ("no time limit", {"sql": "SELECT 1 SETTINGS max_execution_time = 0"}),
+    ("longer time limit", {"sql": "SELECT 1 SETTINGS max_execution_time = 3600"}),
+    ("shorter time limit", {"sql": "SELECT 1 SETTINGS max_execution_time = 30"}),
+]
+
+
+def assert_reader_limits(seen: dict[str, dict]) -> None:
+    assert seen["small result"] == {"rows": [[9000]]}
+    assert "TOO_MANY_ROWS" in seen["large result"].get("error", ""), seen["large result"]
+    for probe in ("lift result limit", "lift memory limit", "no time limit", "longer time limit"):
+        assert "SETTING_CONSTRAINT_VIOLATION" in seen[probe].get("error", ""), (probe, seen[probe])
+    assert seen["shorter time limit"] == {"rows": [[1]]}, "a reader may lower its time limit (Grafana's driver does)"
+
+
+QUOTA_QUERY = "SELECT count() > 0 FROM {db}.reference_documents"  # the engine counts queries that read tables
+
+
+def assert_quota_stops(seen: dict[str, dict], queries: int) -> None:
+    results = [seen[f"query {i}"] for i in range(queries)]
+    assert results[0] == {"rows": [[True]]}, results[0]
+    stopped = [r for r in results if "error" in r]
+    assert stopped and all("QUOTA_EXCEEDED" in r["error"] for r in stopped), stopped[:2]
+
+
+def test_the_engine_enforces_the_reader_limits_and_quota(engine):
+    model = AccessModel(limits=TIGHT)
+    for name, users_xml in (("tenant-limits", model.embedded_users_xml(tenant_ids=[ACME])),
+                            ("analyst-limits", model.embedded_users_xml(roles=[model.analyst]))):
+        assert_reader_limits(engine.runner(name, users_xml)(LIMIT_PROBES))
+        queries = [(f"query {i}", {"sql": QUOTA_QUERY.format(db="gpuledger")}) for i in range(TIGHT.quota_queries + 5)]
+        assert_quota_stops(engine.runner(f"{name}-quota", users_xml)(queries), len(queries))
+    writer = engine.runner("writer-limits", model.embedded_users_xml(roles=[model.writer]))(LIMIT_PROBES[:3])
+    assert writer["large result"]["rows"][:1] == [[0]] and writer["lift result limit"] == {"rows": [[1]]}
 
 
 def test_the_writer_writes_and_reads_everything_but_cannot_drop_or_delete(engine):
@@ -124,7 +178,8 @@ def _statements(path: Path) -> list[str]:
 
 def test_every_statement_of_the_access_scripts_parses_as_clickhouse_sql(engine):
     model = AccessModel()
-    statements = _statements(DEPLOY / "access.sql") + _statements(DEPLOY / "demo-users.sql")
+    statements = _statements(DEPLOY / "access.sql")
+    statements += [s for x in stack_logins(model) for s in model.user_statements(x.user, [x.role], "0" * 64)]
     statements += model.drop_tenant_statements("ml-platform") + model.drop_base_statements()
     statements += model.shadow_database_statements("replay_2026_10") + model.drop_user_statements("tenant_acme")
     assert len(statements) > 60
@@ -136,6 +191,10 @@ def test_every_statement_of_the_access_scripts_parses_as_clickhouse_sql(engine):
     formatted = parsed[policy]["rows"][0][0]
     assert "USING tenant_id = 'ml-platform'" in formatted and "TO `gpuledger_tenant_ml-platform`" in formatted
     assert "AS permissive" in formatted or "AS PERMISSIVE" in formatted
+    for kind in ("CREATE SETTINGS PROFILE", "CREATE QUOTA"):
+        made = next(s for s in statements if s.startswith(kind))
+        again = parsed[made]["rows"][0][0]
+        assert "max_result_rows" in again or "result_rows" in again, again
     # The parser refuses a damaged statement: the check above can fail.
     broken = engine.runner("parser", None)([("x", {"sql": "SELECT formatQuerySingleLine(%(q)s)",
                                                    "parameters": {"q": policy.replace(" TO ", " TOO ")}})])
@@ -164,16 +223,21 @@ def _server_runner(dsn: str, database: str) -> Runner:
     return run
 
 
+SERVER_QUOTA_QUERIES = 100  # above what one login's probes take (about 30 with the driver's own)
+
+
 @pytest.mark.clickhouse_server
 def test_access_sql_on_a_server():
     url = os.environ.get("GPULEDGER_TEST_CLICKHOUSE_URL")
     assert url, ("set GPULEDGER_TEST_CLICKHOUSE_URL=http://admin:PASSWORD@HOST:8123 to a ClickHouse server (20.4+): "
                  "the SQL roles and row policies need one (`make test-clickhouse-server`)")
     tag = secrets.token_hex(4)
-    db, model = f"gpltest_{tag}", AccessModel(f"gpltest_{tag}", prefix=f"gpltest_{tag}")
+    limits = ReaderLimits(max_result_rows=TIGHT.max_result_rows, quota_queries=SERVER_QUOTA_QUERIES)
+    db, model = f"gpltest_{tag}", AccessModel(f"gpltest_{tag}", prefix=f"gpltest_{tag}", limits=limits)
     a, b = f"{ACME}-{tag}", f"{GLOBEX}-{tag}"
     logins = {"writer": [model.writer], "analyst": [model.analyst], a: [model.tenant_role(a)],
-              b: [model.tenant_role(b)]}
+              b: [model.tenant_role(b)], "shared only": [model.tenants_role], "limits": [model.tenant_role(a)],
+              "quota": [model.tenant_role(b)]}
     passwords = {who: secrets.token_hex(12) for who in logins}
     users = {who: f"gpltest_{tag}_{i}" for i, who in enumerate(logins)}
     admin = ClickHouseStore(url, db)
@@ -192,6 +256,12 @@ def test_access_sql_on_a_server():
             seen = login[me](probes(db, me, other))
             assert_tenant_isolated(_rename_back(seen, {a: ACME, b: GLOBEX}), _rename_back(analyst, {a: ACME, b: GLOBEX}),
                                    {a: ACME, b: GLOBEX}[me])
+        # Whatever users_without_row_policies_can_read_rows says (the shipped default lets a
+        # login with no policy of its own read every row): the shared role alone reads no fact.
+        assert_reads_no_fact(login["shared only"](probes(db, a, b)))
+        assert_reader_limits(login["limits"](LIMIT_PROBES))
+        queries = [(f"query {i}", {"sql": QUOTA_QUERY.format(db=db)}) for i in range(SERVER_QUOTA_QUERIES + 5)]
+        assert_quota_stops(login["quota"](queries), len(queries))
     finally:
         for s in ([st for u in users.values() for st in model.drop_user_statements(u)]
                   + [st for t in (a, b) for st in model.drop_tenant_statements(t)]

@@ -135,6 +135,9 @@ def check_role(proc: GpuledgerProcess) -> list[str]:
             problems.append(f"{proc.where}: a deployed producer must not stop by itself (--for/--until)")
         if proc.source == "requests" and not (s.requests_listen or s.requests_log):
             problems.append(f"{proc.where}: produce requests needs --listen or --log")
+        if proc.source == "requests" and s.requests_listen and s.requests_reporters is None:
+            problems.append(f"{proc.where}: the request receiver needs its reporters document "
+                            "(GPULEDGER_REQUESTS_REPORTERS)")
         if not s.clock_sync:
             problems.append(f"{proc.where}: a deployed producer must correct its clock to the broker's")
     elif proc.command == "metrics":

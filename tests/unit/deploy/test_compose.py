@@ -6,6 +6,8 @@ offline. Beyond the schema: the gpuledger services share the one image built fro
 deploy/Dockerfile, run command lines gpuledger's parser accepts with settings it accepts,
 reach the broker and the server by their service names, wait for healthy dependencies,
 mount only paths that exist, and Prometheus scrapes the ports they serve /metrics on.
+Secrets are required from .env (``${VAR:?}``; checked with sample values here): what keeps
+the stack safe to expose is in test_compose_exposure.py.
 Processing is the attribution workers (replicas of one consumer group, no ClickHouse login)
 and the sink (fact topics into the ClickHouse server); neither publishes a port.
 """
@@ -31,14 +33,18 @@ import pytest
 import yaml
 from deploy_support import REPO, SERVES_NO_METRICS, check_role, gpuledger_process
 
+from gpuledger.sinks.access import AccessModel
+from gpuledger.sinks.access_logins import stack_logins
+
 COMPOSE = REPO / "docker-compose.yml"
 SCHEMA = REPO / "tests" / "fixtures" / "schemas" / "compose-spec.json"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 PROMETHEUS = REPO / "deploy" / "prometheus" / "prometheus.yml"
 BUILD = {"context": ".", "dockerfile": "deploy/Dockerfile"}
-INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}")
 CREATE_USER = re.compile(
     r"CREATE USER (?:IF NOT EXISTS )?`?([\w.-]+)`? IDENTIFIED WITH sha256_hash BY '([0-9a-fA-F]{64})'")
+LOGINS_SCRIPT = REPO / "deploy" / "clickhouse" / "logins.sh"
 HOST_INPUTS = {"${KUBECONFIG:-~/.kube/config}"}  # bind sources the operator supplies, outside the repository
 
 
@@ -53,10 +59,17 @@ def schema_errors(doc: dict) -> list[str]:
 
 
 def interpolate(value: str) -> str:
-    """Compose's ``${VAR:-default}`` with every variable unset (the stack's defaults)."""
-    assert all(m.group(2) is not None for m in INTERPOLATION.finditer(value)), (
-        f"{value!r}: every ${{VAR}} needs a default (${{VAR:-default}}) so the stack runs without a .env")
-    return INTERPOLATION.sub(lambda m: m.group(2), value)
+    """Compose's interpolation with every optional variable unset (the stack's defaults) and
+    every required one (``${VAR:?message}``, the secrets of .env) at its sample value."""
+    assert all(m.group(2) or m.group(4) for m in INTERPOLATION.finditer(value)), (
+        f"{value!r}: every ${{VAR}} needs a default (${{VAR:-default}}) or is a secret required from "
+        "the .env that `make .env` writes (${{VAR:?message}})")
+    return INTERPOLATION.sub(lambda m: m.group(3) if m.group(2) else sample_secret(m.group(1)), value)
+
+
+def sample_secret(name: str) -> str:
+    """A stand-in for a secret of .env (hex, as `make .env` writes), the same for one name."""
+    return hashlib.sha256(f"sample {name}".encode()).hexdigest()[:48]
 
 
 def env_of(service: dict) -> dict[str, str]:
@@ -200,8 +213,10 @@ def sha256(text: str | None) -> str:
 
 
 def clickhouse_logins(clickhouse: dict) -> dict[str, str]:
-    """User -> sha256 of its password: the administrator of CLICKHOUSE_USER/CLICKHOUSE_PASSWORD
-    and every user the SQL mounted into /docker-entrypoint-initdb.d creates."""
+    """User -> sha256 of its password: the administrator of CLICKHOUSE_USER/CLICKHOUSE_PASSWORD,
+    every user the SQL mounted into /docker-entrypoint-initdb.d creates, and the logins of
+    logins.sh with the passwords of the server's environment (the script itself is run in
+    tests/unit/sinks/test_access_logins.py)."""
     env = env_of(clickhouse)
     logins = {env["CLICKHOUSE_USER"]: sha256(env["CLICKHOUSE_PASSWORD"])}
     for source, target, _ in bind_mounts(clickhouse):
@@ -209,6 +224,11 @@ def clickhouse_logins(clickhouse: dict) -> dict[str, str]:
             sql = (REPO / source).read_text()
             for user, digest in CREATE_USER.findall(sql):
                 logins[user] = digest.lower()
+        elif target.startswith("/docker-entrypoint-initdb.d/") and target.endswith(".sh"):
+            assert (REPO / source).resolve() == LOGINS_SCRIPT, f"{source}: an init script this test does not know"
+            for login in stack_logins(AccessModel(env.get("CLICKHOUSE_DB", "gpuledger"))):
+                assert env.get(login.password_env), f"the server is not given {login.password_env} (logins.sh)"
+                logins[login.user] = sha256(env[login.password_env])
     return logins
 
 
@@ -367,10 +387,11 @@ def test_grafana_gets_the_clickhouse_plugin_datasource_and_dashboards():
     ds = clickhouse[0]
     logins = clickhouse_logins(load_compose()["services"]["clickhouse"])
     user, password = ds["jsonData"].get("username"), ds.get("secureJsonData", {}).get("password")
+    password = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env[m.group(1) or m.group(2)], password)  # as Grafana
     assert logins.get(user) == sha256(password), f"Grafana logs in as {user!r}, which is no login of the server"
     assert user != env_of(load_compose()["services"]["clickhouse"])["CLICKHOUSE_USER"], (
         f"Grafana logs in as the server's administrator {user!r}, which reads no facts under row policies; "
-        "use a reader login of deploy/clickhouse (demo-users.sql)")
+        "use a reader login of deploy/clickhouse (logins.sh)")
     wanted = {ref["uid"] for f in (REPO / "deploy" / "grafana" / "dashboards").glob("*.json")
               for ref in datasource_refs(json.loads(f.read_text())) if ref.get("type") == ds["type"]}
     assert wanted <= {ds.get("uid")}, (

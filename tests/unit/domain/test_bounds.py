@@ -33,7 +33,7 @@ def test_event_time_too_far_ahead_names_the_skew_setting():
 
 def test_token_counts():
     assert check_token_count(0) is None and check_token_count(MAX_TOKEN_COUNT) is None
-    assert "2^53" in check_token_count(MAX_TOKEN_COUNT + 1, "prompt_tokens")
+    assert "2^31" in check_token_count(MAX_TOKEN_COUNT + 1, "prompt_tokens")
     assert "prompt_tokens" in check_token_count(2**63, "prompt_tokens")
     assert "negative" in check_token_count(-1)
     assert "integer" in check_token_count(1.5) and "integer" in check_token_count(True)

@@ -81,7 +81,9 @@ def test_largest_remainder_shares_sum_exactly():
 def test_showback_endpoint_block_from_rows():
     rows = {"from_ms": T0, "to_ms": T0 + 3 * H, "as_of_ms": T0 + 3 * H, "tenant_capacity": [], "tenant_utilization": [],
             "platform_capacity": [], "physical": [(0.0,)], "unattributed_samples": [],
-            "endpoint_capacity": [("chat-llm", "ml-platform", 1.0)],
+            "endpoint_capacity": [("chat-llm", "ml-platform", "platform-ns", 1.0)],
+            "endpoints": ['[{"endpoint_id": "chat-llm", "owner_tenant_id": "ml-platform", "namespaces": ["platform-ns"], '
+                          '"valid_from": "2026-10-01T00:00:00Z"}]'],
             "endpoint_usage": [("chat-llm", "a", 1, 1, 1, 0), ("chat-llm", "b", 1, 1, 1, 0), ("chat-llm", "c", 1, 1, 1, 0)],
             "productive_work": [], "ratecards": []}
     doc = build_showback(rows)

@@ -3,6 +3,7 @@ truncation, kill and restart) and the HTTP receiver, on real files and a real HT
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -15,12 +16,14 @@ import pytest
 
 from gpuledger.producers.base import ListPublisher
 from gpuledger.producers.lines import MemorySink, PublishSink
+from gpuledger.producers.request_auth import ReporterDirectory, ReportersFile
 from gpuledger.producers.request_records import parse_body, request_line, text_line
 from gpuledger.producers.requests_events import RequestHttpReceiver, RequestLogProducer
 from gpuledger.producers.runtime import ProducerMetrics, StateFile
 from gpuledger.schemas import Codec
 from gpuledger.bus.topics import Topics
 from sources.harness import Running, wait_for, wall_ms
+from sources.reporters import GATEWAY_TOKEN, reporters, reporters_document
 
 OPENAI_RESPONSE = {  # /work/shared/reference/inference/openai-chat-completion-response-dynamo-vllm.json, verbatim
     "id": "chatcmpl-aa7e69f2-bb23-47b8-8a9c-369e9f2f7c90",
@@ -273,9 +276,10 @@ def test_a_failing_sink_is_retried_from_the_saved_offset(tmp_path):
 
 # -- the HTTP receiver -----------------------------------------------------------------------
 
-def post(port: int, body: bytes, path: str = "/v1/requests") -> tuple[int, dict]:
+def post(port: int, body: bytes, path: str = "/v1/requests", token: str | None = GATEWAY_TOKEN) -> tuple[int, dict]:
+    auth = {"Authorization": f"Bearer {token}"} if token is not None else {}
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **auth})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read())
@@ -285,13 +289,13 @@ def post(port: int, body: bytes, path: str = "/v1/requests") -> tuple[int, dict]
 
 def test_http_records_one_array_or_jsonl_are_accepted_after_the_flush():
     sink, metrics = MemorySink(), ProducerMetrics("requests")
-    receiver = RequestHttpReceiver("127.0.0.1:0", metrics)
+    receiver = RequestHttpReceiver("127.0.0.1:0", metrics, reporters())
     assert receiver.port > 0
     with Running(receiver, sink):
-        assert post(receiver.port, orjson.dumps(record(1))) == (202, {"accepted": 1})
+        assert post(receiver.port, orjson.dumps(record(1))) == (202, {"accepted": 1, "rejected": []})
         assert sink.flushed == 1
-        assert post(receiver.port, orjson.dumps([record(2), record(3)])) == (202, {"accepted": 2})
-        assert post(receiver.port, jsonl(record(4), record(5))) == (202, {"accepted": 2})
+        assert post(receiver.port, orjson.dumps([record(2), record(3)])) == (202, {"accepted": 2, "rejected": []})
+        assert post(receiver.port, jsonl(record(4), record(5))) == (202, {"accepted": 2, "rejected": []})
         assert sink.flushed == 5
         status, answer = post(receiver.port, b"request 6 finished")
         assert status == 400 and "line 1 is not JSON" in answer["error"]
@@ -319,7 +323,7 @@ def test_http_answers_only_once_the_sink_flushed_and_503_when_it_failed():
             super().flush()
 
     sink = SlowSink()
-    receiver = RequestHttpReceiver("127.0.0.1:0", ProducerMetrics("requests"))
+    receiver = RequestHttpReceiver("127.0.0.1:0", ProducerMetrics("requests"), reporters())
     answers = []
     with Running(receiver, sink):
         client = threading.Thread(target=lambda: answers.append(post(receiver.port, orjson.dumps(record(1)))))
@@ -329,7 +333,7 @@ def test_http_answers_only_once_the_sink_flushed_and_503_when_it_failed():
         assert answers == []  # no answer before the flush returned
         release.set()
         client.join(10)
-        assert answers == [(202, {"accepted": 1})]
+        assert answers == [(202, {"accepted": 1, "rejected": []})]
         sink.fail = True
         status, answer = post(receiver.port, orjson.dumps(record(2)))
         assert status == 503 and "retry" in answer["error"]
@@ -339,7 +343,7 @@ def test_http_records_that_cannot_be_mapped_are_dead_lettered():
     topics = Topics("t", 1)
     publisher = ListPublisher({t.name: t.partitions for t in topics.all()})
     sink = PublishSink(publisher, topics, "prod-ai-1", wall_ms)
-    receiver = RequestHttpReceiver("127.0.0.1:0", ProducerMetrics("requests"))
+    receiver = RequestHttpReceiver("127.0.0.1:0", ProducerMetrics("requests"), reporters())
     with Running(receiver, sink):
         assert post(receiver.port, orjson.dumps([record(1), record(2, outcome="exploded", status=None)]))[0] == 202
     dead = [Codec("dead_letter").decode(r.value) for r in publisher.records if r.topic == topics.dead_letter.name]
@@ -349,7 +353,7 @@ def test_http_records_that_cannot_be_mapped_are_dead_lettered():
 
 def test_listen_must_be_host_and_port():
     with pytest.raises(ValueError, match="host:port"):
-        RequestHttpReceiver("8089x", ProducerMetrics("requests"))
+        RequestHttpReceiver("8089x", ProducerMetrics("requests"), reporters())
 
 
 def test_parse_body_shapes():
@@ -358,3 +362,112 @@ def test_parse_body_shapes():
     assert parse_body(b'{"a": 1}\n\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
     with pytest.raises(ValueError, match="line 2 is not JSON"):
         parse_body(b'{"a": 1}\n{"a": \n')
+
+
+# -- who may report ------------------------------------------------------------------------------
+
+TEAM_A_TOKEN = "team-a-gateway-token"
+
+
+def _publishing_receiver(directory=None):
+    topics = Topics("t", 1)
+    publisher = ListPublisher({t.name: t.partitions for t in topics.all()})
+    sink = PublishSink(publisher, topics, "prod-ai-1", wall_ms)
+    directory = directory or reporters(("team-a-gw", TEAM_A_TOKEN, ["team-a"], ["qwen-a"]),
+                                       ("central", GATEWAY_TOKEN, ["*"], ["*"]))
+    return RequestHttpReceiver("127.0.0.1:0", ProducerMetrics("requests"), directory), sink, publisher, topics
+
+
+def _dead(publisher, topics) -> list[dict]:
+    return [Codec("dead_letter").decode(r.value) for r in publisher.records if r.topic == topics.dead_letter.name]
+
+
+def _published(publisher, topics) -> list[dict]:
+    return [Codec("request_event").decode(r.value) for r in publisher.records if r.topic == topics.requests.name]
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong-token", TEAM_A_TOKEN + "x"])
+def test_a_reporter_without_a_known_token_is_refused_and_nothing_is_kept(token):
+    receiver, sink, publisher, topics = _publishing_receiver()
+    with Running(receiver, sink):
+        status, answer = post(receiver.port, orjson.dumps(record(1, tenant_id="victim")), token=token)
+    assert status == 401 and "Bearer" in answer["error"]
+    assert publisher.records == []
+
+
+def test_a_reporter_cannot_report_for_another_tenant_or_endpoint():
+    receiver, sink, publisher, topics = _publishing_receiver()
+    ok = record(1, tenant_id="team-a", endpoint_id="qwen-a")
+    other_tenant = record(2, tenant_id="victim", endpoint_id="qwen-a")
+    other_endpoint = record(3, tenant_id="team-a", endpoint_id="qwen-victim")
+    with Running(receiver, sink):
+        status, answer = post(receiver.port, orjson.dumps([ok, other_tenant, other_endpoint]), token=TEAM_A_TOKEN)
+        assert status == 202 and answer["accepted"] == 1
+        assert [(r["index"], r["request_id"]) for r in answer["rejected"]] == [(1, "req-0002"), (2, "req-0003")]
+        assert "tenant 'victim'" in answer["rejected"][0]["reason"]
+        status, answer = post(receiver.port, orjson.dumps(other_tenant), token=TEAM_A_TOKEN)
+        assert status == 422 and answer["accepted"] == 0  # nothing published: not a 202
+        assert post(receiver.port, orjson.dumps(other_tenant))[0] == 202  # the central gateway may
+    assert [(e["request_id"], e["tenant_id"]) for e in _published(publisher, topics)] == [
+        ("req-0001", "team-a"), ("req-0002", "victim")]
+    reasons = [d["reason"] for d in _dead(publisher, topics)]
+    assert reasons == ["reporter 'team-a-gw' may not report for tenant 'victim'",
+                       "reporter 'team-a-gw' may not report for endpoint 'qwen-victim'",
+                       "reporter 'team-a-gw' may not report for tenant 'victim'"]
+
+
+def test_records_the_validator_dead_letters_are_named_in_the_answer():
+    receiver, sink, publisher, topics = _publishing_receiver()
+    huge = record(2, usage={"prompt_tokens": 2 ** 62, "completion_tokens": 1})
+    with Running(receiver, sink):
+        status, answer = post(receiver.port, orjson.dumps([record(1), huge]))
+    assert status == 202 and answer["accepted"] == 1
+    assert answer["rejected"][0]["index"] == 1 and "prompt_tokens" in answer["rejected"][0]["reason"]
+    assert [e["request_id"] for e in _published(publisher, topics)] == ["req-0001"]
+
+
+def test_bodies_over_the_limit_are_refused_unread():
+    receiver, sink, publisher, topics = _publishing_receiver()
+    with Running(receiver, sink):
+        conn = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=10)
+        conn.putrequest("POST", "/v1/requests")
+        conn.putheader("Authorization", f"Bearer {GATEWAY_TOKEN}")
+        conn.putheader("Content-Length", str(RequestHttpReceiver.MAX_BODY_BYTES + 1))
+        conn.endheaders()  # the body is never sent: the answer comes from the headers alone
+        response = conn.getresponse()
+        assert response.status == 413 and "smaller batches" in json.loads(response.read())["error"]
+        conn.close()
+    assert publisher.records == []
+
+
+def test_the_reporters_file_is_read_again_when_it_changes(tmp_path):
+    path = tmp_path / "reporters.json"
+    path.write_bytes(reporters_document(("gw", "first-token", ["*"], ["*"])))
+    said = []
+    file = ReportersFile(path, said.append)
+    assert file.get().identify("Bearer first-token").name == "gw"
+    path.write_bytes(reporters_document(("gw", "rotated-token", ["*"], ["*"])))
+    assert file.get().identify("Bearer first-token") is None  # revoked without a restart
+    assert file.get().identify("Bearer rotated-token").name == "gw"
+    path.write_bytes(b"{not json")
+    assert file.get().identify("Bearer rotated-token").name == "gw"  # a broken edit keeps the last good one
+    assert any("previous reporters stay in force" in m for m in said)
+
+
+@pytest.mark.parametrize("doc, match", [
+    (b'{"version": "1", "reporters": [{"name": "a", "token_sha256": "abc", "tenants": ["*"], "endpoints": ["*"]}]}',
+     "64 hex digits"),
+    (b'{"version": "1", "reporters": [{"name": "a", "token_sha256": "' + b"0" * 64 + b'", "tenants": [], '
+     b'"endpoints": ["*"]}]}', "tenants"),
+    (b'{"version": "1", "reporters": [{"name": "a", "token": "plain", "tenants": ["*"], "endpoints": ["*"]}]}',
+     "token"),
+])
+def test_a_bad_reporters_document_is_refused_with_its_reason(doc, match):
+    with pytest.raises(ValueError, match=match):
+        ReporterDirectory.parse(doc)
+
+
+def test_the_shipped_reporters_document_lets_nobody_in():
+    shipped = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "requests-reporters.json"
+    directory = ReporterDirectory.parse(shipped.read_bytes(), str(shipped))
+    assert directory.reporters == [] and directory.identify(f"Bearer {GATEWAY_TOKEN}") is None

@@ -13,6 +13,7 @@ import pytest
 from gpuledger.producers.lines import MemorySink
 from gpuledger.producers.requests_events import RequestHttpReceiver
 from gpuledger.producers.runtime import ProducerMetrics
+from sources.reporters import GATEWAY_TOKEN, reporters
 from gpuledger.producers.vllm_drift import (RequestTally, TallySink, VllmDriftMonitor, accumulate_increase,
                                             drift_ratios)
 from sources.harness import wait_for, wall_ms
@@ -140,7 +141,7 @@ def test_events_posted_to_the_receiver_balance_the_server_on_the_grid():
     metrics = ProducerMetrics("vllm")
     with VllmServer(models=(MODEL, "other/model")) as server:
         monitor = VllmDriftMonitor(server.url, 0.1, metrics, endpoint_id="qwen-shared")
-        receiver = RequestHttpReceiver("127.0.0.1:0", ProducerMetrics("requests"))
+        receiver = RequestHttpReceiver("127.0.0.1:0", ProducerMetrics("requests"), reporters())
         stop = threading.Event()
         threads = [threading.Thread(target=receiver.run, args=(TallySink(MemorySink(), monitor.tally), stop, wall_ms)),
                    threading.Thread(target=monitor.run, args=(MemorySink(), stop, wall_ms))]
@@ -155,7 +156,8 @@ def test_events_posted_to_the_receiver_balance_the_server_on_the_grid():
                 server.serve(MODEL, 7, 3)
             server.serve("other/model", 5, 5)
             request = urllib.request.Request(f"http://127.0.0.1:{receiver.port}/v1/requests",
-                                             data=json.dumps(records).encode(), method="POST")
+                                             data=json.dumps(records).encode(), method="POST",
+                                             headers={"Authorization": f"Bearer {GATEWAY_TOKEN}"})
             with urllib.request.urlopen(request, timeout=10) as response:
                 assert response.status == 202
             wait_for(lambda: monitor.drift.get((MODEL, "requests")) == 0.0

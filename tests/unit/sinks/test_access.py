@@ -37,7 +37,9 @@ def test_tenants_may_only_select_the_facts_and_the_rate_cards():
         assert _grants_to(statements, f"gpuledger_tenant_{tenant}") == [
             f"GRANT `gpuledger_tenants` TO `gpuledger_tenant_{tenant}`"]
     shared = [s for s in statements if "`gpuledger_tenants_shared`" in s]
-    assert shared == ["CREATE ROW POLICY OR REPLACE `gpuledger_tenants_shared` ON gpuledger.reference_documents "
+    assert shared == [*[f"CREATE ROW POLICY OR REPLACE `gpuledger_tenants_shared` ON gpuledger.{t} "
+                        "FOR SELECT USING 0 AS PERMISSIVE TO `gpuledger_tenants`" for t in TENANT_FACT_TABLES],
+                      "CREATE ROW POLICY OR REPLACE `gpuledger_tenants_shared` ON gpuledger.reference_documents "
                       "FOR SELECT USING kind = 'ratecards' AS PERMISSIVE TO `gpuledger_tenants`"]
     for table in ("ledger_documents", "processor_checkpoints", "inventory_gpus", "inventory_unavailable"):
         assert not any(table in s for s in _grants_to(statements, "gpuledger_tenants"))
@@ -49,6 +51,8 @@ def test_readers_are_read_only_and_the_writer_cannot_drop_or_delete():
         assert {s.split(" ON ")[0] for s in _grants_to(statements, role) if " ON " in s} == {"GRANT SELECT"}
     profile = next(s for s in statements if "SETTINGS PROFILE" in s)
     assert "readonly = 2" in profile and "`gpuledger_writer`" not in profile
+    quota = next(s for s in statements if s.startswith("CREATE QUOTA"))
+    assert "`gpuledger_writer`" not in quota
     assert _grants_to(statements, "gpuledger_writer") == [
         "GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, ALTER ADD COLUMN ON gpuledger.* TO `gpuledger_writer`"]
     assert "ledger_documents" in FINANCE_TABLES and "ledger_documents" not in ANALYST_TABLES
@@ -171,8 +175,9 @@ def test_the_committed_scripts_are_what_the_model_generates(capsys):
 
     assert access.main([]) == 0
     assert (DEPLOY / "access.sql").read_text() == capsys.readouterr().out
-    assert access.main(["--demo-users"]) == 0
-    assert (DEPLOY / "demo-users.sql").read_text() == capsys.readouterr().out
+    assert access.main(["--stack-logins"]) == 0
+    assert (DEPLOY / "logins.sh").read_text() == capsys.readouterr().out
+    assert not (DEPLOY / "demo-users.sql").exists(), "logins with known passwords are no longer shipped"
     text = (DEPLOY / "access.sql").read_text()
     assert all(f"USING tenant_id = '{t}' " in text for t in TENANTS)
     assert render_sql(["SELECT 1", "SELECT 2"], "a\nb") == "-- a\n-- b\nSELECT 1;\nSELECT 2;\n"

@@ -194,3 +194,19 @@ def test_a_store_that_is_down_fails_the_write_and_the_retry_writes_everything():
     clock[0] = 10.0
     assert sink.write(messages(b)) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2}
     assert stored(memory) == expected(b)
+
+
+def test_a_request_event_contradicting_a_recorded_request_is_dead_lettered_not_written():
+    store, dead, b = RefusingStore(), Dead(), batch()
+    sink = FactSink(store, dead)
+    sink.write(messages(b))
+    original = b.requests[0]
+    forged = dataclasses.replace(original, tenant_id="victim", output_tokens=original.output_tokens + 1_000_000,
+                                 src_offset=original.src_offset + 500)
+    again = dataclasses.replace(original, src_offset=original.src_offset + 900)  # resent, same content
+    assert sink.write([("requests", encode_fact("requests", forged)), ("requests", encode_fact("requests", again))]) == {
+        "capacity": 0, "utilization": 0, "requests": 1, "demand": 0}
+    assert store.requests[original.fact_id] == original and sink.conflicts == 1
+    ((source, reason, raw),) = dead
+    assert source == f"{forged.src_topic}/{forged.src_partition}@{forged.src_offset}"
+    assert reason.startswith("RequestConflict: ") and "tenant_id 'victim'" in reason and raw
