@@ -111,6 +111,9 @@ class Settings(BaseSettings):
         "approved inventory (publish the inventory instead).")
     failpoint_store_outage: tuple[float, float] | None = Field(
         None, description="Fault suite only: refuse store writes from AFTER_S after start for FOR_S seconds.")
+    failpoint_drop_table: Literal["capacity_facts", "utilization_facts", "request_facts", "demand_facts"] | None = Field(
+        None, description="Fault suite only: `process` drops this fact table once its schema is in place (the "
+        "query endpoint cannot: it is read-only).")
     failpoint_clock_skew_s: float = Field(
         0.0, description="Fault suite only: this producer's host clock reads this many seconds off the true time.")
     provider_name: str = Field("GPU platform", description="FOCUS ProviderName, PublisherName and InvoiceIssuerName.")

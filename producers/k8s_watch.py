@@ -90,6 +90,22 @@ def _remembered(obj: dict) -> dict:
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
+def _refusal(exc: ApiException, kind: str) -> str:
+    """One line for an API error: the status, the server's own message, and what to check."""
+    try:
+        message = str(orjson.loads(exc.body or b"{}").get("message") or "")
+    except (orjson.JSONDecodeError, AttributeError):
+        message = ""
+    message = message or " ".join(str(exc.body or "").split())[:300]
+    what = f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
+    if exc.status == 401:
+        return f"{what}; the API server does not accept the credentials (token or client certificate)"
+    if exc.status == 403:
+        return (f"{what}; the credentials need get, list and watch on {kind.lower()}s in all namespaces "
+                "(the ClusterRole and ClusterRoleBinding in deploy/kubernetes/rbac.yaml)")
+    return f"{what}; check the credentials and that they may list and watch {kind.lower()}s"
+
+
 @dataclass
 class _Kind:
     name: str
@@ -189,10 +205,8 @@ class KubeWatchProducer:
                     with self._lock:
                         kind.rv = None
                     continue
-                reason, what = ("connect", "check that the API server is up") if not exc.status else (
-                    "api", f"HTTP {exc.status} {exc.reason}: check the credentials and that they may list and watch "
-                    f"{kind.name.lower()}s")
-                what = f"{what} ({str(exc).strip()})"
+                reason, what = ("connect", f"check that the API server is up ({str(exc).strip()})") if not exc.status \
+                    else ("api", _refusal(exc, kind.name))
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 reason, what = "connect", (f"cannot reach it ({exc}); check kube_api_url/kubeconfig and that the API "
                                            "server is up")

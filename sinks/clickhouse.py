@@ -97,10 +97,12 @@ class EngineLockedError(StoreError):
 
 
 class ClickHouseStore:
-    def __init__(self, dsn: str, database: str = "gpuledger") -> None:
+    def __init__(self, dsn: str, database: str = "gpuledger", settings: dict | None = None) -> None:
+        """``settings``: the session's own, applied in order when it opens (a read-only
+        session: its limits, then ``readonly``, which nothing on the session can lift)."""
         self.dsn, self.db = dsn, database
         try:
-            self.client = clickhouse_connect.get_client(dsn=dsn)
+            self.client = clickhouse_connect.get_client(dsn=dsn, settings=settings)
         except Exception as exc:  # noqa: BLE001 — driver errors vary by backend
             text = str(exc)
             if "Cannot lock file" in text or "lock" in text.lower() and dsn.startswith("chdb"):
@@ -128,11 +130,9 @@ class ClickHouseStore:
         except (ClickHouseError, OSError) as exc:
             raise store_error(exc, "ClickHouse refused") from exc
 
-    def query(self, sql: str, parameters: dict | None = None,
-              settings: dict | None = None) -> tuple[list[str], list[tuple]]:
-        """Rows of ``sql``; ``settings`` are the query's own (``READ_ONLY`` limits for untrusted SQL)."""
+    def query(self, sql: str, parameters: dict | None = None) -> tuple[list[str], list[tuple]]:
         try:
-            result = self.client.query(sql, parameters=parameters, settings=settings)
+            result = self.client.query(sql, parameters=parameters)
         except (ClickHouseError, OSError) as exc:
             raise store_error(exc, "ClickHouse query failed") from exc
         return list(result.column_names), [tuple(r) for r in result.result_rows]
@@ -165,9 +165,12 @@ class ClickHouseStore:
         out: dict[str, RequestFact] = {}
         ids = sorted(set(fact_ids))
         for i in range(0, len(ids), 10_000):
-            _, rows = self.query(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM {self.db}.request_facts FINAL "
-                                 "WHERE fact_id IN %(ids)s", {"ids": ids[i:i + 10_000]})
-            out.update((r[0], RequestFact(*r)) for r in rows)
+            try:
+                result = self.client.query(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM {self.db}.request_facts FINAL "
+                                           "WHERE fact_id IN %(ids)s", parameters={"ids": ids[i:i + 10_000]})
+            except (ClickHouseError, OSError) as exc:
+                raise store_error(exc, f"reading {self.db}.request_facts failed", "request_facts") from exc
+            out.update((r[0], RequestFact(*r)) for r in result.result_rows)
         return out
 
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:

@@ -8,9 +8,10 @@ What it lets through, and what it does not:
 2. Only non-browser callers: a request with an ``Origin`` or a cross-site ``Sec-Fetch-Site``
    header is refused (403), and the body must be ``application/json`` (415), so a web page
    cannot send one without a preflight this server never answers.
-3. The SQL runs with ``readonly=1`` set on the engine itself (no writes, no DDL, no table
-   functions reading files or URLs, no settings changed), a time limit, a memory limit and a
-   result-row limit (``READ_LIMITS``); ClickHouse refuses anything else.
+3. The SQL runs on a session of its own, opened with a time limit, a memory limit, a
+   result-row limit and then ``readonly=1`` (``read_limits``): ClickHouse itself refuses
+   writes, DDL, table functions reading files or URLs, and any setting changed, the limits
+   included. The sink writes on another session: nothing a query does reaches it.
 4. Bodies over ``query_max_body_bytes`` are refused (413) unread; a socket is dropped after
    ``READ_TIMEOUT_S`` of silence (a slot held by a silent client comes back then); at most ``MAX_CONNECTIONS`` queries are served at once (503).
 
@@ -33,20 +34,19 @@ READ_TIMEOUT_S = 10.0
 
 
 def read_limits(max_execution_s: float, max_memory_bytes: int, max_result_rows: int) -> dict:
-    """The settings every query through the endpoint runs with; ``readonly`` last, since it
-    forbids changing the settings that follow it."""
+    """The settings of the endpoint's read-only session, in the order they are applied:
+    ``readonly`` last, since it forbids changing any setting after it."""
     return {"max_execution_time": max_execution_s, "max_memory_usage": max_memory_bytes,
             "max_result_rows": max_result_rows, "result_overflow_mode": "throw", "readonly": 1}
 
 
 class QueryServer:
-    def __init__(self, store, lock: threading.Lock, token: str, port: int = 0, host: str = "127.0.0.1",
-                 limits: dict | None = None, max_body_bytes: int = 1 << 20,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+    def __init__(self, reader, lock: threading.Lock, token: str, port: int = 0, host: str = "127.0.0.1",
+                 max_body_bytes: int = 1 << 20, read_timeout_s: float = READ_TIMEOUT_S) -> None:
+        """``reader``: a store on a read-only session (``ClickHouseStore(dsn, settings=read_limits(...))``)."""
         if not token:
             raise ValueError("the query endpoint needs a token")
-        self.store, self.lock = store, lock
-        self.limits = limits or read_limits(30.0, 2 << 30, 1_000_000)
+        self.store, self.lock = reader, lock
         expected = f"Bearer {token}".encode()
         slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         outer = self
@@ -91,7 +91,7 @@ class QueryServer:
                     if not isinstance(body, dict) or not isinstance(body.get("sql"), str):
                         raise ValueError('send {"sql": "...", "parameters": {...}}')
                     with outer.lock:
-                        columns, rows = outer.store.query(body["sql"], body.get("parameters"), outer.limits)
+                        columns, rows = outer.store.query(body["sql"], body.get("parameters"))
                 except Exception as exc:  # noqa: BLE001 — reported to the caller
                     self._send(400, {"error": str(exc)})
                     return

@@ -140,13 +140,16 @@ def run_process(settings: Settings, until_caught_up: bool, workers: int, progres
     ensure_topics(settings.kafka_bootstrap, topics, client=client_config(settings))
     store = ClickHouseStore(settings.effective_dsn())
     store.ensure_schema()
+    if settings.failpoint_drop_table:  # fault injection for the fault suite: a table gone under the running sink
+        store.command(f"DROP TABLE IF EXISTS {store.db}.{settings.failpoint_drop_table}")
     if settings.failpoint_store_outage:  # fault injection for the fault suite: writes refused for a while
         store = OutageStore(store, *settings.failpoint_store_outage, time.monotonic)
     lock = threading.Lock()
     token = query_token(settings.query_token.get_secret_value() if settings.query_token else None)
-    server = QueryServer(store, lock, token, settings.query_port, settings.query_addr,
-                         read_limits(settings.query_max_execution_s, settings.query_max_memory_bytes,
-                                     settings.query_max_result_rows), settings.query_max_body_bytes).start()
+    reader = ClickHouseStore(settings.effective_dsn(), settings=read_limits(
+        settings.query_max_execution_s, settings.query_max_memory_bytes, settings.query_max_result_rows))
+    server = QueryServer(reader, lock, token, settings.query_port, settings.query_addr,
+                         settings.query_max_body_bytes).start()
     host = settings.query_addr if ":" not in settings.query_addr else f"[{settings.query_addr}]"
     marker = announce(Path(settings.home), f"http://{host}:{server.port}/query", settings.effective_dsn(), token)
     stopping = threading.Event()
@@ -187,4 +190,5 @@ def run_process(settings: Settings, until_caught_up: bool, workers: int, progres
         marker.unlink(missing_ok=True)
         (marker.parent / TOKEN_FILE).unlink(missing_ok=True)
         server.stop()
+        reader.close()
         store.close()

@@ -25,10 +25,11 @@ TOKEN = "t0ken-for-the-test"
 def served(tmp_path):
     store = ClickHouseStore(f"chdb://{tmp_path / 'clickhouse'}")
     store.ensure_schema()
-    server = QueryServer(store, threading.Lock(), TOKEN, limits=read_limits(2.0, 200 << 20, 1000),
-                         max_body_bytes=64 << 10, read_timeout_s=1.0).start()
+    reader = ClickHouseStore(f"chdb://{tmp_path / 'clickhouse'}", settings=read_limits(2.0, 200 << 20, 1000))
+    server = QueryServer(reader, threading.Lock(), TOKEN, max_body_bytes=64 << 10, read_timeout_s=1.0).start()
     yield store, server
     server.stop()
+    reader.close()
     store.close()
 
 
@@ -94,6 +95,8 @@ def test_writes_files_ddl_and_lifted_limits_are_refused_by_the_engine(served, tm
     assert not out.exists()
     assert store.query("EXISTS TABLE gpuledger.processor_checkpoints")[1] == [(1,)]
     assert store.query("SELECT count() FROM gpuledger.request_facts")[1] == [(0,)]
+    store.write_reference("c1", "ratecards", 1, "[]")  # the writer's session is untouched by the refusal
+    assert _sql(server, "SELECT count() FROM gpuledger.reference_documents")[1]["rows"] == [[1]]
 
 
 def test_a_heavy_query_stops_at_the_time_limit(served):
@@ -142,7 +145,7 @@ def test_silent_clients_are_dropped_at_the_read_timeout(served):
 
 def test_queries_beyond_the_connection_cap_are_refused(tmp_path):
     class Slow:
-        def query(self, sql, parameters, limits):
+        def query(self, sql, parameters):
             return ["x"], [[1]]
     server = QueryServer(Slow(), threading.Lock(), TOKEN, read_timeout_s=30.0).start()
     try:

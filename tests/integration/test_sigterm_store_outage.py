@@ -14,6 +14,7 @@ import pytest
 from gpuledger.demo.cluster import write_capture
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.schemas import Codec
+from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.query import WorkerQueryClient
 from plans import expected_allocated_hours, truth_plan
 from stack_support import BOOTSTRAP, GPULEDGER, stop, wait_for
@@ -59,13 +60,14 @@ def test_a_dropped_table_stops_the_worker_with_exit_1_naming_the_table_and_the_f
     stack.run("ingest", str(write_capture(truth_plan(hours=1), tmp_path / "capture")))
     log = tmp_path / "process.log"
     with log.open("w") as err:
-        worker = subprocess.Popen([*GPULEDGER, "process"], env=stack.env(), stdout=subprocess.DEVNULL, stderr=err,
-                                  text=True, start_new_session=True)
+        worker = subprocess.Popen([*GPULEDGER, "process"], env={**stack.env(), "GPULEDGER_FAILPOINT_DROP_TABLE": "request_facts"},
+                                  stdout=subprocess.DEVNULL, stderr=err, text=True, start_new_session=True)
     try:
         wait_for(lambda: (stack.home / "process.json").exists() and "samples waiting" in log.read_text(), 180,
                  "the worker serving queries")
         client = WorkerQueryClient.from_home(stack.home)
-        client.query("DROP TABLE gpuledger.request_facts")
+        with pytest.raises(StoreError, match="readonly mode"):  # the query endpoint cannot drop it back
+            client.query("DROP TABLE gpuledger.capacity_facts")
         pub = KafkaPublisher(BOOTSTRAP)
         pub.publish(f"{stack.prefix}.source.requests", b"chat", Codec("request_event").encode({
             "observed_at_ms": T0_MS, "ingested_at_ms": int(time.time() * 1000), "cluster_id": "prod-ai-1",
