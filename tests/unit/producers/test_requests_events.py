@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -471,3 +472,24 @@ def test_the_shipped_reporters_document_lets_nobody_in():
     shipped = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "requests-reporters.json"
     directory = ReporterDirectory.parse(shipped.read_bytes(), str(shipped))
     assert directory.reporters == [] and directory.identify(f"Bearer {GATEWAY_TOKEN}") is None
+
+
+def test_silent_clients_hold_a_slot_only_until_the_read_timeout_and_the_rest_wait_no_longer():
+    class Quick(RequestHttpReceiver):
+        READ_TIMEOUT_S, MAX_CONNECTIONS = 1.0, 2
+
+    receiver, sink = Quick("127.0.0.1:0", ProducerMetrics("requests"), reporters()), MemorySink()
+    with Running(receiver, sink):
+        silent = []
+        for _ in range(Quick.MAX_CONNECTIONS):
+            sock = socket.create_connection(("127.0.0.1", receiver.port))
+            sock.sendall(f"POST /v1/requests HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {GATEWAY_TOKEN}\r\n"
+                         "Content-Length: 100\r\n\r\n".encode())  # a body that never comes
+            silent.append(sock)
+        wait_for(lambda: post(receiver.port, orjson.dumps(record(1)))[0] == 503)  # every slot held: refused
+        for sock in silent:
+            sock.settimeout(10)
+            sock.recv(64)  # dropped at the read timeout
+            sock.close()
+        assert post(receiver.port, orjson.dumps(record(2)))[0] == 202
+    assert ids(sink.of("requests.jsonl")) == ["req-0002"]
