@@ -8,7 +8,7 @@ the same sources at the same time. A third pair, skewed the same way but with
 ``--no-clock-sync``, shows that the trial can fail: its facts differ.
 
 All three pairs poll the same real servers on the same grid; the watch events (the cluster's
-clock) come from one recording, ingested into each deployment.
+clock: a real kube-apiserver's) come from one recording, ingested into each deployment.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from gpuledger.domain.timeutil import format_rfc3339
-from sources.live_cluster import GPUS, NODE, Cluster, Producer, inventory
+from sources.live_cluster import GPUS, NODE, WATCH_ENV, Cluster, Producer, inventory, wait_for_bookmark
 from stack_support import GPULEDGER, Stack
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def test_clock_skew_of_five_minutes_between_sources(broker, tmp_path, record_tri
     inventory_file.write_bytes(orjson.dumps(inventory()))
 
     cluster = Cluster(tmp_path)
-    api, kubelet, dcgm = cluster.api, cluster.kubelet, cluster.dcgm
+    kubelet, dcgm = cluster.kubelet, cluster.dcgm
 
     first_s = math.ceil(time.time() + 10)
     until_s = first_s + 10
@@ -69,8 +69,9 @@ def test_clock_skew_of_five_minutes_between_sources(broker, tmp_path, record_tri
     k8s_capture = tmp_path / "k8s-capture"
     k8s_err = (logs / "k8s-capture.log").open("w")
     recorder = subprocess.Popen([*GPULEDGER, "capture", "--sources", "k8s", "--out", str(k8s_capture), "--for", "60s",
-                                 "--cluster", "c1", "--kube-api", api.url], env=runs["true-clocks"].env(),
-                                stdout=subprocess.DEVNULL, stderr=k8s_err, start_new_session=True)
+                                 "--cluster", "c1", "--kubeconfig", str(cluster.kubeconfig)],
+                                env={**runs["true-clocks"].env(), **WATCH_ENV}, stdout=subprocess.DEVNULL, stderr=k8s_err,
+                                start_new_session=True)
     try:
         for p in producers:
             p.start()
@@ -84,6 +85,7 @@ def test_clock_skew_of_five_minutes_between_sources(broker, tmp_path, record_tri
                 os.killpg(p.proc.pid, signal.SIGTERM)
         for p in producers:
             assert p.proc.wait(60) == 0, p.stderr()[-3000:]
+        wait_for_bookmark(k8s_capture, until_s + 3)  # the watch watermark is past the window
         os.killpg(recorder.pid, signal.SIGTERM)
         assert recorder.wait(60) == 0, (logs / "k8s-capture.log").read_text()[-3000:]
     finally:

@@ -1,7 +1,7 @@
-"""Acceptance: the live producers, each against a small real server speaking its source's
-protocol (a Kubernetes API with list and watch, a kubelet PodResources gRPC socket, a
-dcgm-exporter /metrics, a model gateway's access log), publish to the real broker while the
-request and watch producers are SIGKILLed and restarted. Then:
+"""Acceptance: the live producers, each against a server speaking its source's protocol (a real
+kube-apiserver and etcd, a kubelet PodResources gRPC socket, a dcgm-exporter /metrics, a model
+gateway's access log), publish to the real broker while the request and watch producers are
+SIGKILLed and restarted. Then:
 
 - the facts of the live run equal the facts of ingesting the capture it recorded (--record);
 - every request of the log is one request fact (nothing lost, nothing twice);
@@ -20,7 +20,7 @@ import uuid
 import orjson
 import pytest
 from gpuledger.sinks.clickhouse import ClickHouseStore
-from sources.live_cluster import NODE, Cluster, Producer, inventory
+from sources.live_cluster import NODE, WATCH_ENV, Cluster, Producer, inventory, wait_for_bookmark
 from stack_support import Stack
 
 pytestmark = pytest.mark.integration
@@ -65,14 +65,15 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     live.run("load", "inventory", str(inventory_file), "--cluster", "c1")
 
     cluster = Cluster(tmp_path)
-    api, kubelet, dcgm = cluster.api, cluster.kubelet, cluster.dcgm
+    kubelet, dcgm = cluster.kubelet, cluster.dcgm
     access_log = tmp_path / "access.jsonl"
     access_log.touch()
 
     common = ["--cluster", "c1", "--node", NODE, "--interval", str(INTERVAL_S), "--record", str(capture),
               "--metrics-port", "0"]
     producers = {
-        "k8s": Producer(live, "k8s", [*common, "--kube-api", api.url], logs),
+        "k8s": Producer(live, "k8s", [*common, "--kubeconfig", str(cluster.kubeconfig)], logs,
+                        env=WATCH_ENV),
         "podresources": Producer(live, "podresources", [*common, "--socket", str(kubelet.socket_path)], logs),
         "dcgm": Producer(live, "dcgm", [*common, "--dcgm-url", dcgm.url], logs),
         "requests": Producer(live, "requests", [*common, "--log", str(access_log)], logs),
@@ -110,7 +111,8 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
         producers["k8s"].start()
         time.sleep(3.0)
         cluster.finish_serving_pod()
-        time.sleep(3.0)  # quiet: the last watch lines are bookmarks
+        time.sleep(3.0)
+        wait_for_bookmark(capture, time.time() + 1)  # quiet: the last watch lines are bookmarks
 
         urls = {name: p.metrics_url() for name, p in producers.items()}
         scraped = {name: _scrape(url) for name, url in urls.items() if url}
@@ -143,12 +145,15 @@ def test_live_producers_killed_and_restarted_give_the_facts_of_their_capture(bro
     # the pods that held GPUs, each under its namespace's tenant, across the changes
     assert [tuple(r) for r in held_by] == [("alpha", "train-1"), ("alpha", "train-2"), ("beta", "serve-1")]
 
-    # every transition of the API server is in the recorded watch stream
-    seen = {(e["event"]["type"], e["event"]["object"]["metadata"].get("uid"))
-            for e in map(orjson.loads, (capture / "k8s-watch.jsonl").read_bytes().splitlines())}
-    for t, obj in (("ADDED", cluster.p1), ("ADDED", cluster.p2), ("DELETED", cluster.p1), ("ADDED", cluster.p3),
-                   ("MODIFIED", cluster.p2)):
-        assert (t, obj["metadata"]["uid"]) in seen, (t, obj["metadata"]["name"])
+    # every transition of the API server is in the recorded watch stream, at its resourceVersion;
+    # the deletion of a bound pod marks it (MODIFIED, with a deletionTimestamp) before removing it
+    recorded = [orjson.loads(line)["event"] for line in (capture / "k8s-watch.jsonl").read_bytes().splitlines()]
+    seen = {(e["type"], e["object"]["metadata"].get("uid"), e["object"]["metadata"].get("resourceVersion"))
+            for e in recorded}
+    for t, obj in [*(("ADDED", p) for p in cluster.listed), *cluster.changes]:
+        assert (t, obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]) in seen, (t, obj["metadata"]["name"])
+    assert any(e["type"] == "MODIFIED" and e["object"]["metadata"].get("deletionTimestamp")
+               and e["object"]["metadata"]["uid"] == cluster.p1["metadata"]["uid"] for e in recorded)
 
     # ingesting what the live producers recorded gives the same facts
     again = Stack(tmp_path / "again", f"t{uuid.uuid4().hex[:10]}", env)

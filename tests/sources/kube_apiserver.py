@@ -1,11 +1,11 @@
 """A small Kubernetes API server for Pods and Namespaces: the list and watch protocol, over HTTP.
 
-The watch producer is tested against a real kube-apiserver and etcd (real_apiserver.py). This
-one stays for what the real one does not do on demand: changes no open watch sees, then a
-compaction that ends those open watches with an in-stream ``ERROR`` 410 (``atomically()`` and
-``compact()``; a real server keeps an open watch in step, and answers 410 only to a new watch
-from a compacted resourceVersion). The broker tests' small live cluster (live_cluster.py) also
-still uses it, for pods with fixed uids and nodes changed at set times.
+Every other test of the watch producer, and the live cluster of the broker tests
+(live_cluster.py), runs against a real kube-apiserver and etcd (real_apiserver.py). This one
+has a single use, the fault the real one does not produce on demand (tests/unit/producers/
+test_k8s_watch.py): changes no open watch sees, then a compaction that ends those open watches
+with an in-stream ``ERROR`` 410 (``atomically()`` and ``compact()``; a real server keeps an open
+watch in step, and answers 410 only to a new watch from a compacted resourceVersion).
 
 - ``GET /api/v1/pods`` and ``GET /api/v1/namespaces``: a ``PodList``/``NamespaceList`` with
   ``metadata.resourceVersion``; items without ``kind``/``apiVersion``, as the API server sends
