@@ -45,8 +45,10 @@ from gpuledger.bus.dead_letter import DeadLetters
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.security import client_config
 from gpuledger.bus.changelog import Changelog
+from gpuledger.bus.fetch import SOURCE_FETCH
 from gpuledger.streams.engine import Engine
 from gpuledger.streams.fact_codec import encode_batch
+from gpuledger.streams.heap import trim_heap
 from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
 from gpuledger.bus.topics import STATE_MAX_BYTES, Topics
@@ -100,8 +102,7 @@ class Worker:
         self.last_commit = self.started = time.monotonic()
         self.delivery_errors: list[str] = []
         base = {"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.auto.commit": False, "log_level": 3,
-                "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608,
-                "queued.max.messages.kbytes": 32_768, "fetch.wait.max.ms": 100,
+                **SOURCE_FETCH,  # small fetches: what they bring is held decoded (bus/fetch.py)
                 "auto.offset.reset": "earliest", "enable.partition.eof": False}
         self.group = Consumer({**base, "group.id": job.group, "partition.assignment.strategy": "range",
                                "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
@@ -249,6 +250,7 @@ class Worker:
             commit_offsets(self.group, offsets, self.progress)  # 3. only now
         self.dirty -= numbers
         self.stats["commits"] += 1
+        trim_heap()  # what the batches since the last commit freed goes back to the system (streams/heap.py)
         self.last_commit = time.monotonic()
 
     # -- pacing ---------------------------------------------------------------------------
