@@ -28,7 +28,7 @@ import operator
 import struct
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import fastavro
 
@@ -38,7 +38,7 @@ from gpuledger.domain.requests import RequestFact
 from gpuledger.schemas.registry import CodecError, latest_version, load_schema
 
 __all__ = ["FACT_CLASSES", "FACT_KINDS", "FactCodecError", "decode_facts", "encode_batch", "encode_fact",
-           "schema_mismatches", "schema_name"]
+           "iter_encoded", "schema_mismatches", "schema_name"]
 
 FACT_KINDS = ("capacity", "utilization", "requests", "demand")  # as the FactBatch attributes
 FACT_CLASSES: dict[str, type] = {"capacity": CapacityFact, "utilization": UtilizationFact, "requests": RequestFact,
@@ -246,11 +246,17 @@ def decode_facts(kind: str, values: Iterable[bytes], on_error: OnError | None = 
     return out
 
 
-def encode_batch(batch: FactBatch) -> list[tuple[str, bytes, bytes]]:
+def iter_encoded(batch: FactBatch) -> Iterator[tuple[str, bytes, bytes]]:
     """Every fact of ``batch`` as ``(kind, key, value)``, kinds in ``FACT_KINDS`` order: the key
-    is the fact id (UTF-8), so a fact written again lands on the partition it landed on before."""
-    out, buf = [], io.BytesIO()
+    is the fact id (UTF-8), so a fact written again lands on the partition it landed on before.
+    One at a time: a producer hands each on before the next is encoded."""
+    buf = io.BytesIO()
     for kind in FACT_KINDS:
         encode = _CODECS[kind].encode
-        out += [(kind, f.fact_id.encode(), encode(f, buf)) for f in getattr(batch, kind)]
-    return out
+        for f in getattr(batch, kind):
+            yield kind, f.fact_id.encode(), encode(f, buf)
+
+
+def encode_batch(batch: FactBatch) -> list[tuple[str, bytes, bytes]]:
+    """``iter_encoded`` as a list."""
+    return list(iter_encoded(batch))

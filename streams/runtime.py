@@ -47,7 +47,7 @@ from gpuledger.bus.security import client_config
 from gpuledger.bus.changelog import Changelog
 from gpuledger.bus.fetch import SOURCE_FETCH
 from gpuledger.streams.engine import Engine
-from gpuledger.streams.fact_codec import encode_batch
+from gpuledger.streams.fact_codec import iter_encoded
 from gpuledger.streams.heap import trim_heap
 from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
@@ -202,14 +202,13 @@ class Worker:
     # -- the commit protocol ---------------------------------------------------------------
     def _produce_facts(self) -> None:
         batch = self.engine.advance()
-        encoded = encode_batch(batch)
         facts = self.topics.facts
-        for kind, key, value in encoded:
+        for kind, key, value in iter_encoded(batch):  # one at a time: the encoded batch is never held whole
             self._produce(facts[kind].name, key, value)
         self.producer.poll(0)
-        self.stats["facts"] += len(encoded)
-        self.metrics.flushed(len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand),
-                             self.engine.pending_samples(), 0.0)
+        counts = (len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand))
+        self.stats["facts"] += sum(counts)
+        self.metrics.flushed(*counts, self.engine.pending_samples(), 0.0)
         self.metrics.skipped(self.engine.take_series_skipped())
         self.engine.take_references()  # the sink reads the reference topic itself
 
@@ -331,6 +330,7 @@ class Worker:
                             counted[topic] = counted.get(topic, 0) + 1
                     self.metrics.consumed_counts(counted)
                     got += len(msgs)
+                    del msgs  # the records' values are not held while facts are made
                 self.stats["records"] += got
                 self._produce_facts()
                 self._pace()

@@ -1,0 +1,36 @@
+"""Giving the heap the worker freed back to the system.
+
+Every batch allocates and frees tens of MB (decoded records, samples, facts and their Avro
+encodings) from several threads (librdkafka's fetch and produce threads too). glibc keeps
+what is freed in its arenas, and with the pieces fragmented it seldom returns any of it: the
+resident size crept up over the event hours while the live objects did not (a worker of 64
+GPUs from ~117 to ~134 MiB over 24 h; flat, ~105-120 MiB, with a trim). ``malloc_trim(0)``
+after each commit hands the free pages back; it takes a few ms, every
+``checkpoint_interval_s``. Where the C library has no ``malloc_trim`` (musl, macOS) it does
+nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+__all__ = ["trim_heap"]
+
+
+def _malloc_trim():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def trim_heap() -> bool:
+    """Return the free pages of the heap to the system; False where that is not possible."""
+    return bool(_TRIM(0)) if _TRIM is not None else False
