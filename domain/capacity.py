@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.domain.facts import CapacityFact, SourcePos, fact_id
+from gpuledger.domain.facts import CapacityFact, SourcePos, built, fact_id
 from gpuledger.domain.inventory import GpuEntry, Inventory, Unavailability
 from gpuledger.domain.k8s import OwnershipBook, PodLife
 from gpuledger.domain.units import Unit, units_of
@@ -56,8 +56,8 @@ def segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: st
     seg = Segment(cluster_id, node, start, end, pos)
     out: list[tuple[str, CapacityFact, Piece]] = []
     known: set[str] = set()
-    for gpu in inv.gpus:
-        if gpu.node != node or gpu.valid_from_ms >= end or (gpu.valid_to_ms is not None and gpu.valid_to_ms <= start):
+    for gpu in inv.on_node(node):
+        if gpu.valid_from_ms >= end or (gpu.valid_to_ms is not None and gpu.valid_to_ms <= start):
             continue
         a0, b0 = max(start, gpu.valid_from_ms), min(end, gpu.valid_to_ms if gpu.valid_to_ms is not None else end)
         units, excess = units_of(inv, gpu)
@@ -153,11 +153,11 @@ def make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode:
     who = {**_NO_OWNER, **(owner or {})}
     fid = fact_id("capacity", seg.cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"],
                   *([who["tenant_id"]] if who["workload_kind"] == "vm" else []))
-    fact = CapacityFact(
-        fact_id=fid, cluster_id=seg.cluster_id, kind=kind, gpu_uuid=gpu_uuid, device_id=device_id, node=seg.node,
-        gpu_class=gpu_class, mode=mode, profile=profile, capacity_fraction=fraction, valid_from_ms=a, valid_to_ms=b,
-        confidence=confidence, reason=reason, src_topic=seg.pos.topic, src_partition=seg.pos.partition,
-        src_offset=seg.pos.offset, **who)
+    fact = built(CapacityFact, {
+        "fact_id": fid, "cluster_id": seg.cluster_id, "kind": kind, "gpu_uuid": gpu_uuid, "device_id": device_id,
+        "node": seg.node, "gpu_class": gpu_class, "mode": mode, "profile": profile, "capacity_fraction": fraction,
+        "valid_from_ms": a, "valid_to_ms": b, **who, "confidence": confidence, "reason": reason,
+        "src_topic": seg.pos.topic, "src_partition": seg.pos.partition, "src_offset": seg.pos.offset})
     piece = Piece(a, b, fid, kind, who["tenant_id"], who["project_id"], who["namespace"], who["pod_name"],
                   who["pod_uid"], confidence, reason)
     return device_id, fact, piece

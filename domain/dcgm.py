@@ -48,16 +48,22 @@ class DcgmParse:
     skipped: dict[str, int]  # reason -> series count; parsed + skipped = every series of the scrape
 
 
-_series_cache: dict[str, tuple] = {}
+_series_cache: dict[str, tuple] = {}  # series text (name and label set) -> _series
+_labels_cache: dict[str, tuple] = {}  # label set text -> _identity
 _CACHE_MAX = 200_000
 _REPEATED = "repeated series of the same device (one per sharing pod)"
+_RATIO_FIELDS = {"sm_active": 1.0, "gr_active": 1.0, "gpu_util_pct": 0.01}
+# field -> [low, high) of a value a GPU can report, in the exporter's units
+_PLAUSIBLE = {"fb_used_mib": (0.0, 2.0 ** 30, "implausible framebuffer used (not in [0, 2^50) bytes)"),
+              "power_w": (0.0, 1e5, "implausible power (not in [0, 100000) W)"),
+              "energy_mj": (0.0, math.inf, "implausible energy (negative or not finite)")}
+_ANY = (-math.inf, math.inf, "")
 
 
 def _identity(name: str, label_text: str) -> tuple:
-    """(device key, modelName, skip reason) of one series. The label set is parsed by
-    prometheus_client's text parser once per distinct label text: series repeat verbatim
-    scrape after scrape, so the cache keeps parsing cheap."""
-    found = _series_cache.get(label_text)
+    """(device key, modelName, skip reason, (namespace, pod) or None) of a label set, parsed by
+    prometheus_client's text parser once per distinct label text (shared by a device's fields)."""
+    found = _labels_cache.get(label_text)
     if found is None:
         families = list(text_string_to_metric_families(f"{name}{label_text} 0\n"))
         labels = families[0].samples[0].labels
@@ -70,22 +76,27 @@ def _identity(name: str, label_text: str) -> tuple:
         else:
             pod = (labels["namespace"], labels["pod"]) if labels.get("pod") and labels.get("namespace") else None
             found = ((uuid, None if instance is None else int(instance)), labels.get("modelName", ""), "", pod)
-        if len(_series_cache) >= _CACHE_MAX:
-            _series_cache.clear()
-        _series_cache[label_text] = found
+        if len(_labels_cache) >= _CACHE_MAX:
+            _labels_cache.clear()
+        _labels_cache[label_text] = found
     return found
 
 
-_RATIO_FIELDS = {"sm_active": 1.0, "gr_active": 1.0, "gpu_util_pct": 0.01}
-# field -> [low, high) of a value a GPU can report, in the exporter's units
-_PLAUSIBLE = {"fb_used_mib": (0.0, 2.0 ** 30, "implausible framebuffer used (not in [0, 2^50) bytes)"),
-              "power_w": (0.0, 1e5, "implausible power (not in [0, 100000) W)"),
-              "energy_mj": (0.0, math.inf, "implausible energy (negative or not finite)")}
-
-
-def _implausible(field: str, value: float) -> str:
-    low, high, reason = _PLAUSIBLE.get(field, (-math.inf, math.inf, ""))
-    return "" if low <= value < high else reason
+def _series(series: str, brace: int) -> tuple:
+    """(field, device key, modelName, skip reason, (namespace, pod) or None, plausible low,
+    high, implausible reason, ratio field?) of one series, cached: series repeat verbatim
+    scrape after scrape. A series without labels is ``name{}``."""
+    name, label_text = series[:brace], series[brace:]
+    field = _FIELDS.get(name)
+    if field is None:
+        found = (None, None, "", f"not an attribution field: {name}", None, 0.0, 0.0, "", False)
+    else:
+        low, high, implausible = _PLAUSIBLE.get(field, _ANY)
+        found = (field, *_identity(name, label_text), low, high, implausible, field in _RATIO_FIELDS)
+    if len(_series_cache) >= _CACHE_MAX:
+        _series_cache.clear()
+    _series_cache[series] = found
+    return found
 
 
 def _per_pod(by_field: dict[str, dict[tuple, float]]) -> tuple:
@@ -99,6 +110,13 @@ def _per_pod(by_field: dict[str, dict[tuple, float]]) -> tuple:
     return ()
 
 
+def _value(rest: str, line: str) -> float:
+    parts = rest.split()
+    if not parts:
+        raise ValueError(f"sample without a value: {line[:120]!r}")
+    return float(parts[0])
+
+
 def parse_exposition(text: str) -> DcgmParse:
     """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
     per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
@@ -106,47 +124,47 @@ def parse_exposition(text: str) -> DcgmParse:
     pod_values: dict[tuple, dict[str, dict[tuple, float]]] = {}  # key -> field -> pod -> value
     skipped: dict[str, int] = {}
     parsed = 0
+    cache, isnan = _series_cache, math.isnan
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
         brace = line.find("{")
         if brace >= 0:
-            name = line[:brace]
             close = line.rfind("}")
             if close < brace:
                 raise ValueError(f"unterminated label set: {line[:120]!r}")
-            label_text, rest = line[brace:close + 1], line[close + 1:]
+            series, rest = line[:close + 1], line[close + 1:]
         else:
             name, _, rest = line.partition(" ")
-            label_text = "{}"
-        field = _FIELDS.get(name)
-        if field is None:
-            reason = f"not an attribution field: {name}"
-            skipped[reason] = skipped.get(reason, 0) + 1
-            continue
-        parts = rest.split()
-        if not parts:
-            raise ValueError(f"sample without a value: {line[:120]!r}")
-        value = float(parts[0])
-        key, model, reason, pod = _identity(name, label_text)
-        if not reason and (math.isnan(value) or abs(value) >= _SENTINEL_MIN
-                           or _FP64_BLANK <= value < _FP64_BLANK + 16):
-            reason = "DCGM blank sentinel"
-        if not reason:
-            reason = _implausible(field, value)
-        if not reason and pod is not None and field in _RATIO_FIELDS:
-            pod_values.setdefault(key, {}).setdefault(field, {})[pod] = value
-        if not reason:
-            fields = per_gpu.get(key)
-            if fields is None:
-                fields = per_gpu[key] = {}
-                models[key] = model
-            if field in fields:  # time-slicing: the exporter repeats a GPU's series per sharing pod
-                reason = _REPEATED
-            else:
-                fields[field] = value
-                parsed += 1
-                continue
+            series, brace = name + "{}", len(name)
+        info = cache.get(series)
+        if info is None:
+            if series[:brace] in _FIELDS:  # the value is read before the labels, as on a hit
+                _value(rest, line)
+            info = _series(series, brace)
+        field, key, model, reason, pod, low, high, implausible, ratio = info
+        if field is not None:
+            try:
+                value = float(rest)  # " 0.5": one token, as split() would give it
+            except ValueError:
+                value = _value(rest, line)
+            if not reason:
+                if isnan(value) or abs(value) >= _SENTINEL_MIN or _FP64_BLANK <= value < _FP64_BLANK + 16:
+                    reason = "DCGM blank sentinel"
+                elif not low <= value < high:
+                    reason = implausible
+                else:
+                    if pod is not None and ratio:
+                        pod_values.setdefault(key, {}).setdefault(field, {})[pod] = value
+                    fields = per_gpu.get(key)
+                    if fields is None:
+                        fields = per_gpu[key] = {}
+                        models[key] = model
+                    if field not in fields:
+                        fields[field] = value
+                        parsed += 1
+                        continue
+                    reason = _REPEATED  # time-slicing: the exporter repeats a GPU's series per sharing pod
         skipped[reason] = skipped.get(reason, 0) + 1
     samples = []
     for key in sorted(per_gpu, key=lambda k: (k[0], -1 if k[1] is None else k[1])):

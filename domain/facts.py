@@ -22,8 +22,24 @@ class SourcePos:
     offset: int
 
 
+_sha256 = hashlib.sha256
+
+
 def fact_id(*parts: object) -> str:
-    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:32]
+    return _sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:32]
+
+
+def built(cls: type, fields: dict) -> object:
+    """A fact of the frozen dataclass ``cls`` from a dict naming every one of its fields, with
+    ``fields`` adopted as its ``__dict__``: ~1 us instead of ~5 us for a frozen 23-field
+    ``__init__``, on the path that builds one per sample. Only for dicts built field by field
+    in this package (tests/unit/domain/test_fact_building.py holds them to ``__init__``)."""
+    fact = _new(cls)
+    _set(fact, "__dict__", fields)
+    return fact
+
+
+_new, _set = object.__new__, object.__setattr__
 
 
 @dataclass(frozen=True)

@@ -82,11 +82,15 @@ class Inventory:
         return None
 
     def gpus_on(self, node: str, t_ms: int) -> list[GpuEntry]:
-        return [g for g in self.gpus if g.node == node and g.covers(t_ms)]
+        return [g for g in self.on_node(node) if g.covers(t_ms)]
+
+    def on_node(self, node: str) -> tuple[GpuEntry, ...]:
+        """Every entry of a node's (or vGPU host's) GPUs, whenever valid, in document order."""
+        return self._indexes()[1].get(node, ())
 
     def node_end_ms(self, node: str) -> int | None:
         """When the node's last GPU leaves the inventory; None while any stays (or none is known)."""
-        ends = [g.valid_to_ms for g in self.gpus if g.node == node]
+        ends = [g.valid_to_ms for g in self.on_node(node)]
         return None if not ends or None in ends else max(ends)
 
     def gpu(self, gpu_uuid: str, t_ms: int) -> GpuEntry | None:
@@ -100,12 +104,19 @@ class Inventory:
         return list(self._by_uuid().get(gpu_uuid, ()))
 
     def _by_uuid(self) -> dict[str, list[GpuEntry]]:
-        if self._index is None or self._index[0] is not self.gpus:
-            index: dict[str, list[GpuEntry]] = {}
+        return self._indexes()[0]
+
+    def _indexes(self) -> tuple[dict[str, list[GpuEntry]], dict[str, tuple[GpuEntry, ...]]]:
+        """(entries by GPU UUID, entries by node), rebuilt whenever ``gpus`` is replaced or grows,
+        so a lookup per record costs the node's GPUs, not the fleet's."""
+        if self._index is None or self._index[0] is not self.gpus or self._index[1] != len(self.gpus):
+            by_uuid: dict[str, list[GpuEntry]] = {}
+            by_node: dict[str, list[GpuEntry]] = {}
             for g in self.gpus:
-                index.setdefault(g.gpu_uuid, []).append(g)
-            self._index = (self.gpus, index)
-        return self._index[1]
+                by_uuid.setdefault(g.gpu_uuid, []).append(g)
+                by_node.setdefault(g.node, []).append(g)
+            self._index = (self.gpus, len(self.gpus), by_uuid, {n: tuple(gs) for n, gs in by_node.items()})
+        return self._index[2], self._index[3]
 
     def unavailable_windows(self, gpu_uuid: str, from_ms: int, to_ms: int) -> list[Unavailability]:
         return [u for u in self.unavailable if u.gpu_uuid == gpu_uuid and u.from_ms < to_ms and from_ms < u.to_ms]

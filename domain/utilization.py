@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
-from gpuledger.domain.facts import SourcePos, UtilizationFact, fact_id
+from gpuledger.domain.facts import SourcePos, UtilizationFact, built, fact_id
 from gpuledger.domain.inventory import Inventory
 
 __all__ = ["lookup", "overlapping", "sample_targets", "utilization_fact"]
@@ -82,11 +82,11 @@ def utilization_fact(cluster_id: str, node: str, t: int, s: DeviceSample, pos: S
         if piece is not None:
             why = piece.reason or f"device {piece.kind}"
     fid = fact_id("utilization", cluster_id, device, t, *([a] if a != t else []))
-    return UtilizationFact(
-        fact_id=fid, cluster_id=cluster_id, gpu_uuid=s.gpu_uuid, device_id=device, node=node,
-        observed_at_ms=t, span_ms=max(0, b - a), sm_active_ratio=ratio, fb_used_bytes=s.fb_used_bytes,
-        power_w=s.power_w, energy_j=s.energy_j, capacity_fact_id=piece.fact_id if piece else "", kind=kind,
-        tenant_id=piece.tenant_id if piece else "", project_id=piece.project_id if piece else "",
-        namespace=piece.namespace if piece else "", pod_name=piece.pod_name if piece else "",
-        pod_uid=piece.pod_uid if piece else "", confidence=confidence, reason=why,
-        src_topic=pos.topic, src_partition=pos.partition, src_offset=pos.offset)
+    return built(UtilizationFact, {
+        "fact_id": fid, "cluster_id": cluster_id, "gpu_uuid": s.gpu_uuid, "device_id": device, "node": node,
+        "observed_at_ms": t, "span_ms": max(0, b - a), "sm_active_ratio": ratio, "fb_used_bytes": s.fb_used_bytes,
+        "power_w": s.power_w, "energy_j": s.energy_j, "capacity_fact_id": piece.fact_id if piece else "",
+        "kind": kind, "tenant_id": piece.tenant_id if piece else "", "project_id": piece.project_id if piece else "",
+        "namespace": piece.namespace if piece else "", "pod_name": piece.pod_name if piece else "",
+        "pod_uid": piece.pod_uid if piece else "", "confidence": confidence, "reason": why,
+        "src_topic": pos.topic, "src_partition": pos.partition, "src_offset": pos.offset})

@@ -31,8 +31,8 @@ def vgpu_segment_facts(inv: Inventory, cluster_id: str, host: str, start: int, e
     seg = Segment(cluster_id, host, start, end, pos)
     out: list[tuple[str, CapacityFact, Piece]] = []
     placed: set[str] = set()
-    for gpu in inv.gpus:
-        if gpu.node != host or gpu.mode != "vgpu" or gpu.valid_from_ms >= end or (
+    for gpu in inv.on_node(host):
+        if gpu.mode != "vgpu" or gpu.valid_from_ms >= end or (
                 gpu.valid_to_ms is not None and gpu.valid_to_ms <= start):
             continue
         a0, b0 = max(start, gpu.valid_from_ms), min(end, gpu.valid_to_ms if gpu.valid_to_ms is not None else end)

@@ -55,3 +55,33 @@ def test_label_values_with_braces_and_escapes():
 def test_malformed_exposition_raises(bad):
     with pytest.raises(ValueError):
         parse_exposition(bad)
+
+
+@pytest.mark.parametrize("bad", ['DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-c"}\n', 'DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-c"} abc\n',
+                                 'DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-c"} 0.5}\n'])
+def test_a_series_seen_before_is_judged_again_on_every_line(bad):
+    """Series are cached between scrapes: a cached series with a missing or bad value still
+    raises, and a good value after it parses as on first sight."""
+    good = 'DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-c"} 0.5\n'
+    first = parse_exposition(good)
+    with pytest.raises(ValueError):
+        parse_exposition(good + bad)
+    assert parse_exposition(good) == first and first.samples[0].sm_active_ratio == 0.5
+
+
+def test_the_value_is_read_before_the_labels_of_a_new_series():
+    """A line whose labels and value are both broken names its missing value, cached or not."""
+    line = 'DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-d",x="1" 2}\n'
+    for _ in range(2):
+        with pytest.raises(ValueError, match="sample without a value"):
+            parse_exposition(line)
+
+
+def test_values_with_a_timestamp_or_extra_blanks():
+    text = ('DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-e"}  0.25 1700000000000\n'
+            'DCGM_FI_DEV_POWER_USAGE{UUID="GPU-e"}\t300.5\n'
+            'DCGM_FI_DEV_FB_USED 12\n')
+    parsed = parse_exposition(text)
+    (s,) = parsed.samples
+    assert (s.sm_active_ratio, s.power_w) == (0.25, 300.5)
+    assert parsed.skipped == {"no UUID label": 1}

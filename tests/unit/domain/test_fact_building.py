@@ -1,0 +1,22 @@
+"""Facts built on the per-sample path (``domain.facts.built``, no dataclass ``__init__``) are
+exactly the facts ``__init__`` builds: every field present, nothing else, the same values, for
+every sharing mode, vGPU, outside-inventory and unattributed case the sharing plan holds."""
+
+import dataclasses
+
+from gpuledger.demo.cluster import write_capture
+from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from pipeline import run_capture
+from plans import sharing_plan
+
+
+def test_facts_built_without_init_equal_those_built_with_it(tmp_path):
+    mp, _ = run_capture(write_capture(sharing_plan(), tmp_path / "cap"))
+    for cls, table in ((CapacityFact, mp.store.capacity), (UtilizationFact, mp.store.utilization)):
+        names = [f.name for f in dataclasses.fields(cls)]
+        kinds = {(f.kind, f.confidence) for f in table.values()}
+        assert len(table) > 100 and len(kinds) >= 3, (cls.__name__, kinds)  # many facts of several kinds
+        for fact in table.values():
+            assert type(fact) is cls and sorted(vars(fact)) == sorted(names), fact
+            assert cls(**{n: getattr(fact, n) for n in names}) == fact
+            assert hash(fact.fact_id) and dataclasses.replace(fact, src_offset=0).fact_id == fact.fact_id
