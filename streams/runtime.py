@@ -37,10 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from gpuledger.config import Settings
 from gpuledger.domain.attribution import NEG_INF
+from gpuledger.bus.acked import AckedProducer
 from gpuledger.bus.dead_letter import DeadLetters
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.security import client_config
@@ -51,7 +52,7 @@ from gpuledger.streams.fact_codec import iter_encoded
 from gpuledger.streams.heap import trim_heap
 from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
-from gpuledger.bus.topics import STATE_MAX_BYTES, Topics
+from gpuledger.bus.topics import Topics
 
 __all__ = ["WorkerJob", "run_worker"]
 
@@ -83,13 +84,8 @@ class Worker:
         self.engine = Engine(t, self.metrics.counting_dead_letters(self.dead.send), int(settings.stale_ceiling_s * 1000),
                              int(settings.podresources_grace_s * 1000), int(settings.max_future_skew_s * 1000),
                              int(settings.allowed_lateness_s * 1000))
-        self.producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.idempotence": True,
-                                  "acks": "all", "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
-                                  "message.max.bytes": STATE_MAX_BYTES + 1_000_000, "log_level": 3,
-                                  # a bounded queue: when the broker falls behind, producing waits (backpressure)
-                                  "queue.buffering.max.messages": 200_000,
-                                  "queue.buffering.max.kbytes": 2 * STATE_MAX_BYTES // 1024})
-        self.changelog = Changelog(settings.kafka_bootstrap, t, self.producer, client)
+        self.out = AckedProducer(settings.kafka_bootstrap, client)
+        self.changelog = Changelog(settings.kafka_bootstrap, t, self.out.producer, client)
         self.unit_topics = list(self.engine.unit_topics)
         self.bcast_topics = list(self.engine.broadcast_topics)
         self.paced = {t.k8s.name, t.podresources.name, t.dcgm.name, t.vgpu.name, t.requests.name}
@@ -100,7 +96,6 @@ class Worker:
         self.closing = False
         self.stats = {"records": 0, "facts": 0, "commits": 0}
         self.last_commit = self.started = time.monotonic()
-        self.delivery_errors: list[str] = []
         base = {"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.auto.commit": False, "log_level": 3,
                 **SOURCE_FETCH,  # small fetches: what they bring is held decoded (bus/fetch.py)
                 "auto.offset.reset": "earliest", "enable.partition.eof": False}
@@ -204,31 +199,16 @@ class Worker:
         batch = self.engine.advance()
         facts = self.topics.facts
         for kind, key, value in iter_encoded(batch):  # one at a time: the encoded batch is never held whole
-            self._produce(facts[kind].name, key, value)
-        self.producer.poll(0)
+            self.out.produce(facts[kind].name, key, value)
+        self.out.poll()
         counts = (len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand))
         self.stats["facts"] += sum(counts)
         self.metrics.flushed(*counts, self.engine.pending_samples(), 0.0)
         self.metrics.skipped(self.engine.take_series_skipped())
         self.engine.take_references()  # the sink reads the reference topic itself
 
-    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, on_delivery=self._delivered)
-                return
-            except BufferError:  # the queue is full: wait for the broker to take some
-                self.producer.poll(0.05)
-
-    def _delivered(self, err, msg) -> None:
-        if err is not None:
-            self.delivery_errors.append(f"{msg.topic()}: {err}")
-
     def _flush(self) -> None:
-        left = self.producer.flush(120)
-        if left or self.delivery_errors:
-            raise KafkaException(f"{left} records undelivered after 120 s; first error: "
-                                 f"{self.delivery_errors[:1] or 'none'}: is the broker up?")
+        self.out.flush()
         self.dead.flush()
 
     def _commit(self, numbers: set[int]) -> None:
@@ -240,7 +220,7 @@ class Worker:
         for part in self.engine.progress():
             if part["part"] != "broadcast" and int(part["part"].split("-")[1]) not in numbers:
                 continue
-            self._produce(self.topics.progress.name, part["part"].encode(), orjson.dumps(part))
+            self.out.produce(self.topics.progress.name, part["part"].encode(), orjson.dumps(part))
         self._flush()
         offsets = [TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1]), v)
                    for n in sorted(numbers) if n in self.engine.units

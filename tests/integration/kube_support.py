@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from contextlib import contextmanager
+import functools
 from pathlib import Path
 
 from gpuledger.producers.k8s_watch import FILE, KubeWatchProducer, api_client_for
 from gpuledger.producers.lines import MemorySink
 from gpuledger.producers.runtime import ProducerMetrics, StateFile
+from sources.harness import FIXED_MS as NOW_MS, Running, errors, fixed_ms, metric, wait_for as _wait_for
 
-NOW_MS = 1_790_000_000_123
-WAIT_S = 30
+__all__ = ["ANY", "FILE", "NOW_MS", "WAIT_S", "deletion", "errors", "ev", "events", "metric", "objects", "producer",
+           "running", "wait_for"]
 
-
-def clock() -> int:
-    return NOW_MS
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+WAIT_S = 30  # a real API server on a shared 2-core machine: more than the unit tests allow
+wait_for = functools.partial(_wait_for, timeout_s=WAIT_S, interval_s=0.05)
 
 
 def producer(kubeconfig: Path, state: StateFile | None, **kwargs) -> KubeWatchProducer:
@@ -34,17 +22,9 @@ def producer(kubeconfig: Path, state: StateFile | None, **kwargs) -> KubeWatchPr
                              watch_timeout_s=kwargs.pop("watch_timeout_s", 30), commit_interval_s=0.05, **kwargs)
 
 
-@contextmanager
-def running(prod: KubeWatchProducer, sink: MemorySink):
-    stop = threading.Event()
-    thread = threading.Thread(target=prod.run, args=(sink, stop, clock), daemon=True)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        stop.set()
-        thread.join(WAIT_S)
-        assert not thread.is_alive(), "the producer did not stop"
+def running(prod: KubeWatchProducer, sink: MemorySink) -> Running:
+    """The producer on a thread, its clock standing at NOW_MS; ``.thread`` is the thread."""
+    return Running(prod, sink, fixed_ms, WAIT_S)
 
 
 def _ns(obj: dict) -> str:
@@ -72,14 +52,6 @@ def objects(sink: MemorySink, namespaces: set[str], kind: str | None = None) -> 
 
 def ev(event_type: str, obj: dict) -> tuple[str, str, str]:
     return event_type, obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]
-
-
-def metric(metrics: ProducerMetrics, name: str, **labels) -> float:
-    return metrics.registry.get_sample_value(name, {"source": "k8s", **labels}) or 0.0
-
-
-def errors(metrics: ProducerMetrics, reason: str) -> float:
-    return metric(metrics, "gpuledger_producer_errors_total", reason=reason)
 
 
 class _Any:

@@ -61,14 +61,14 @@ def test_an_identity_without_the_cluster_binding_is_refused_and_the_producer_kee
     kube = rbac
     config = kube.kubeconfig(kube.token(NS, UNBOUND), "unbound")
     prod, sink = producer(config, None), MemorySink()
-    with running(prod, sink) as thread:
+    with running(prod, sink) as run:
         wait_for(lambda: errors(prod.metrics, "api") >= 3, "refusals")
         # the same rules bound in one namespace do not allow listing across the cluster
         kube.call("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings", binding(
             "RoleBinding", "unbound-local"))
         refused = errors(prod.metrics, "api")
         wait_for(lambda: errors(prod.metrics, "api") >= refused + 2, "refusals with a namespaced binding")
-        assert thread.is_alive() and not sink.lines
+        assert run.thread.is_alive() and not sink.lines
         kube.call("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding(
             "ClusterRoleBinding", "unbound-cluster"))
         wait_for(lambda: len(events(sink, {"ml-serving"})) >= 2, "the list once bound", timeout_s=60)

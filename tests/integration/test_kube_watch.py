@@ -257,9 +257,9 @@ def test_a_list_in_pages_is_one_snapshot_and_stop_is_prompt(kube, names, state):
     kube.namespace(names[1])
     pods = [kube.pod(names[1], f"p{i}") for i in range(5)]
     prod, sink = producer(kube.kubeconfig(), state, list_page_size=2, watch_timeout_s=300), MemorySink()
-    with running(prod, sink) as thread:
+    with running(prod, sink) as run:
         wait_for(lambda: len(events(sink, {names[1]}, "Pod")) == 5, "the paged list")
         time.sleep(0.5)
         started = time.monotonic()
-    assert not thread.is_alive() and time.monotonic() - started < 1.0
+    assert not run.thread.is_alive() and time.monotonic() - started < 1.0
     assert events(sink, {names[1]}, "Pod") == [ev("ADDED", o) for o in pods]

@@ -9,34 +9,20 @@ client's configuration.
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
+from sources.harness import Running, errors, fixed_ms, wait_for
 from sources.kube_apiserver import KubeApiServer, namespace, pod
 
 from gpuledger.producers.k8s_watch import FILE, KubeConfigError, KubeWatchProducer, api_client_for
 from gpuledger.producers.lines import MemorySink
 from gpuledger.producers.runtime import ProducerMetrics, StateFile
 
-NOW_MS = 1_790_000_000_123
 WAIT_S = 15
-
-
-def clock() -> int:
-    return NOW_MS
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def events(sink: MemorySink, kind: str | None = None) -> list[tuple[str, str, str]]:
@@ -54,30 +40,12 @@ def ev(event_type: str, obj: dict) -> tuple[str, str, str]:
     return event_type, obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]
 
 
-def metric(metrics: ProducerMetrics, name: str, **labels) -> float:
-    return metrics.registry.get_sample_value(name, {"source": "k8s", **labels}) or 0.0
-
-
-def errors(metrics: ProducerMetrics, reason: str) -> float:
-    return metric(metrics, "gpuledger_producer_errors_total", reason=reason)
-
-
 def producer(server: KubeApiServer, state: StateFile | None, **kwargs) -> KubeWatchProducer:
     return KubeWatchProducer(api_client_for(server.url), ProducerMetrics("k8s"), state,
                              watch_timeout_s=kwargs.pop("watch_timeout_s", 30), commit_interval_s=0.05, **kwargs)
 
 
-@contextmanager
-def running(prod: KubeWatchProducer, sink: MemorySink):
-    stop = threading.Event()
-    thread = threading.Thread(target=prod.run, args=(sink, stop, clock), daemon=True)
-    thread.start()
-    try:
-        yield stop
-    finally:
-        stop.set()
-        thread.join(WAIT_S)
-        assert not thread.is_alive(), "the producer did not stop"
+running = functools.partial(Running, clock=fixed_ms, stop_timeout_s=WAIT_S)
 
 
 @pytest.fixture
@@ -132,7 +100,7 @@ def test_no_api_server_backs_off_counts_connect_errors_and_stops_promptly(capfd)
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
     prod, stop = KubeWatchProducer(api_client_for(url), ProducerMetrics("k8s"), None), threading.Event()
-    thread = threading.Thread(target=prod.run, args=(MemorySink(), stop, clock), daemon=True)
+    thread = threading.Thread(target=prod.run, args=(MemorySink(), stop, fixed_ms), daemon=True)
     thread.start()
     wait_for(lambda: errors(prod.metrics, "connect") >= 4, "backing off")  # waits of 0.4 s and more now
     started = time.monotonic()
