@@ -9,7 +9,8 @@
    seconds, rates and the process's CPU time over wall time.
 3. For each N of ``--workers``: ``gpuledger process --until-caught-up --workers N`` with a
    fresh ``GPULEDGER_HOME``; wall time, CPU time and peak RSS of every process of its session
-   (``/proc`` polled every 0.5 s, VmHWM per pid), then showback checked against the truth.
+   (``/proc`` polled every 0.5 s, VmHWM per pid), then showback checked against the truth and
+   the facts compared with the first run's (``bench/fleet_facts.py``: counts and a digest).
 
 A markdown row per run goes to stdout, with the machine and the exact command; everything
 also to ``OUT/results.json``. Topics are deleted at the end unless ``--keep-topics``;
@@ -37,6 +38,7 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition, libversion
 from confluent_kafka.admin import AdminClient
 
+from gpuledger.bench.fleet_facts import fact_digest
 from gpuledger.bench.fleet_gen import check_rendering, fleet_plan, fleet_truth, publish_fleet
 from gpuledger.config import load_settings
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
@@ -354,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                 if run["exit"] == 0:
                     run["check"] = check_showback(gpuledger, env, Path(run["home"]), truth)
                     log(f"workers={n}: check against the truth: {run['check']}")
+                    run["facts"] = fact_digest(Path(run["home"]))
+                    log(f"workers={n}: facts {run['facts']}")
                 runs.append(run)
     finally:
         if not args.keep_topics:
@@ -366,7 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     if raw:
         print(f"| {gpus} | {hours:g} | {samples} | raw loop | {raw['seconds']} | {raw['samples_per_s']} | 1.0x | - "
               f"| {raw['cpu_pct']} % | - |")
+    first = next((r["facts"] for r in runs if "facts" in r), None)
     for r in runs:
+        if "facts" in r:  # fact for fact against the first run; rows stored twice by at-least-once delivery
+            twice = sum(t["rows_stored"] - t["facts"] for t in r["facts"].values()) if "error" not in r["facts"] else "?"
+            r["check"]["facts"] = f"facts {'=' if r['facts'] == first else '≠'} first run, {twice} rows twice"
         rate = samples / r["wall_s"]
         ratio = f"{raw['samples_per_s'] / rate:.1f}x" if raw else "-"
         check = r.get("check", {})
@@ -374,11 +382,11 @@ def main(argv: list[str] | None = None) -> int:
                    f"{'ok' if check['ok'] else 'MISMATCH'}: allocated Δ {check['allocated_max_abs_diff_h']:.2g} h, "
                    f"active Δ {100 * check['active_max_rel_diff']:.2f} % "
                    f"(≤ {100 * check['active_allowed_rel_diff']:.2f}), "
-                   f"{len(check['tenants_seen'])}/{len(truth['tenants'])} tenants")
+                   f"{len(check['tenants_seen'])}/{len(truth['tenants'])} tenants; {check.get('facts', '')}")
         print(f"| {gpus} | {hours:g} | {samples} | {r['workers']} | {r['wall_s']} | {rate:.0f} | {ratio} "
               f"| {r['peak_rss_gib']} GiB ({r['processes']} proc.) | {r['cpu_pct']} % | {verdict} |")
     print(f"\nResults: {out / 'results.json'}")
-    return 0 if all(r["exit"] == 0 and r.get("check", {}).get("ok") for r in runs) else 1
+    return 0 if all(r["exit"] == 0 and r.get("check", {}).get("ok") and r.get("facts") == first for r in runs) else 1
 
 
 if __name__ == "__main__":
