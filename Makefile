@@ -3,7 +3,9 @@
 # python3 (3.11+), Java 17 and Maven. The tests also use Debian's chromium, promtool and
 # amtool; `make test` installs them with apt-get when missing (as root, or with sudo).
 # The Kubernetes tests run a real etcd and kube-apiserver, built from pinned Go modules
-# (stack/etcd, stack/kubernetes; Go 1.26+) into .cache/kubernetes the first time.
+# (stack/etcd, stack/kubernetes; Go 1.26+) into .cache/kubernetes the first time. The FOCUS
+# export is checked by the FinOps Foundation's focus-validator, installed into
+# .cache/focus-validator under a Python 3.12+ (on PATH, or the newest pyenv one).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,8 +14,12 @@ export GPULEDGER_KAFKA_LIBS ?= $(CURDIR)/$(KAFKA_LIBS)
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 KUBE_BIN := .cache/kubernetes
 export GPULEDGER_KUBE_BIN ?= $(CURDIR)/$(KUBE_BIN)
+FOCUS_VENV := .cache/focus-validator
+export GPULEDGER_FOCUS_VALIDATOR ?= $(CURDIR)/$(FOCUS_VENV)/bin/focus-validator
+PY312 ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3; do \
+          $$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: setup demo test unit integration faults bench bench-fleet stack-up stack-down kafka-jars kube-bins tools test-clickhouse-server clean env
+.PHONY: setup demo test unit integration faults bench bench-fleet stack-up stack-down kafka-jars kube-bins focus-validator tools test-clickhouse-server clean env
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -50,6 +56,15 @@ $(KUBE_BIN)/kube-apiserver: stack/kubernetes/go.mod stack/kubernetes/go.sum
 	cd stack/kubernetes && $(GO) build -buildvcs=false -trimpath -ldflags "$(KUBE_LDFLAGS)" \
 	    -o $(CURDIR)/$(KUBE_BIN)/ ./cmd/kube-apiserver ./cmd/kubectl
 
+focus-validator: $(FOCUS_VENV)/.installed
+
+$(FOCUS_VENV)/.installed: stack/focus-validator.txt
+	@[ -n "$(PY312)" ] || { echo "focus-validator needs Python 3.12+: put python3.12 on PATH, or PY312=/path/to/python3.12"; exit 1; }
+	$(PY312) -m venv $(FOCUS_VENV)
+	$(FOCUS_VENV)/bin/pip install --quiet --upgrade pip
+	$(FOCUS_VENV)/bin/pip install --quiet -r stack/focus-validator.txt
+	touch $@
+
 demo: setup
 	$(BIN)/gpuledger demo
 
@@ -68,13 +83,13 @@ tools:
 	    echo "missing Debian packages:$$missing (apt-get install$$missing)"; exit 1; \
 	  fi; }
 
-test: setup tools kube-bins
+test: setup tools kube-bins focus-validator
 	$(BIN)/pytest -q -ra
 
 unit: setup tools
 	$(BIN)/pytest -q -ra tests/unit
 
-integration: setup tools kube-bins
+integration: setup tools kube-bins focus-validator
 	$(BIN)/pytest -q -ra tests/integration
 
 test-clickhouse-server: setup

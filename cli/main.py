@@ -225,16 +225,30 @@ def _closed(s: Settings, period: str) -> dict:
 
 def cmd_close(s: Settings, args) -> int:
     from gpuledger.domain.ledger import ClosePolicy
-    from gpuledger.ledger.close import close_period
+    from gpuledger.ledger.close import ApprovalError, approve_period, prepare_period
     from gpuledger.sinks.ledger_store import ClickHouseLedger
     from gpuledger.sinks.progress import job_checkpoint
 
     period = _period(args)
     store = _ledger_engine(s)
-    policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio, s.close_max_unpriced_gpu_hours,
-                         s.close_max_outside_inventory_gpu_hours)
-    result = close_period(store, ClickHouseLedger(store), job_checkpoint(store), period, policy,
-                          _wall_ms(), progress)
+    if args.approve:
+        if not args.by:
+            raise UsageError("--approve needs --by NAME: who approves the prepared period")
+        try:
+            result = approve_period(ClickHouseLedger(store), period, args.by, _wall_ms(),
+                                    s.close_require_distinct_approver, progress)
+        except ApprovalError as exc:
+            progress(f"close {period}: approval refused: {exc}")
+            print(f"refused: {exc}")
+            return 2
+    else:
+        policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio,
+                             s.close_max_unpriced_gpu_hours, s.close_max_outside_inventory_gpu_hours)
+        try:
+            result = prepare_period(store, ClickHouseLedger(store), job_checkpoint(store), period, policy,
+                                    args.by or _login_name(), _wall_ms(), progress)
+        except ApprovalError as exc:
+            raise UsageError(f"--by: {exc}") from exc
     if result.already_closed:
         progress(f"close {period}: already closed; the ledger is unchanged")
         print(result.document["hash"])
@@ -243,8 +257,20 @@ def cmd_close(s: Settings, args) -> int:
         progress(f"close {period}: refused:\n" + "\n".join(f"  - {r}" for r in result.reasons))
         print("\n".join(f"refused: {r}" for r in result.reasons))
         return 2
+    if not args.approve:
+        progress(f"close {period}: prepared; another person closes it with "
+                 f"`gpuledger close --period {period} --approve --by NAME`")
     print(orjson.dumps(result.document, option=orjson.OPT_INDENT_2).decode())
     return 0
+
+
+def _login_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError) as exc:
+        raise UsageError("no login name to record as the preparer: give --by NAME") from exc
 
 
 def cmd_ledger(s: Settings, args) -> int:
@@ -388,8 +414,11 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--tenant")
     sb.add_argument("--format", choices=["table", "json", "csv"], default="table")
     sb.set_defaults(func=cmd_showback)
-    cl = sub.add_parser("close", help="close a period into the immutable ledger (refuses with reasons)")
+    cl = sub.add_parser("close", help="prepare a period's ledger document (refuses with reasons); --approve closes "
+                                      "it into the immutable ledger")
     cl.add_argument("--period", required=True, help="YYYY-MM")
+    cl.add_argument("--approve", action="store_true", help="close the prepared document (needs --by)")
+    cl.add_argument("--by", help="who prepares (default: the login name) or approves")
     cl.set_defaults(func=cmd_close)
     lg = sub.add_parser("ledger", help="show a closed period, or the corrections later evidence makes")
     lg.add_argument("action", choices=["show", "corrections"])

@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     close_max_outside_inventory_gpu_hours: float = Field(
         0.0, ge=0, description="Close refuses when more GPU-hours than this of evidence fall on GPUs outside the "
         "approved inventory (publish the inventory instead).")
+    close_require_distinct_approver: bool = Field(
+        True, description="`close --approve` refuses an approver with the preparer's name (four eyes).")
     failpoint_store_outage: tuple[float, float] | None = Field(
         None, description="Fault suite only: refuse store writes from AFTER_S after start for FOR_S seconds.")
     failpoint_drop_table: Literal["capacity_facts", "utilization_facts", "request_facts", "demand_facts"] | None = Field(

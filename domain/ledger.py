@@ -2,8 +2,8 @@
 
 Built from the same priced lines as the showback (domain/rows.py), in whole cents that add
 up. The content hash is sha256 over the canonical JSON (sorted keys, no whitespace) of the
-document without ``hash``, ``status`` and ``closed_at``, so the same evidence always gives
-the same hash. Evidence that changes a closed period becomes ``Correction`` lines in a
+document without ``hash``, ``status``, ``closed_at`` and the approval record (``prepared``,
+``approval``, ``seal``: domain/approval.py), so the same evidence always gives the same hash. Evidence that changes a closed period becomes ``Correction`` lines in a
 later close: the difference, line by line, between the period priced again and what was
 already booked for it (its own lines plus earlier corrections); the closed document is
 never edited.
@@ -26,7 +26,7 @@ __all__ = ["ClosePolicy", "LEDGER_FORMAT", "build_ledger", "content_hash", "corr
 
 LEDGER_FORMAT = "gpuledger-ledger/1"
 FACT_SCHEMAS = "capacity_fact/2 utilization_fact/2 request_fact/1 demand_fact/1"
-UNHASHED = ("hash", "status", "closed_at")
+UNHASHED = ("hash", "status", "closed_at", "prepared", "approval", "seal")  # not evidence (domain/approval.py)
 MICRO = Decimal(1_000_000)
 
 

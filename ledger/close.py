@@ -1,15 +1,17 @@
-"""Close a period into the ledger, and find the corrections later evidence makes.
+"""Close a period into the ledger in two steps, and find the corrections later evidence makes.
 
-Reads facts through the query port, prices them with the same code as the showback, checks
-the close policy, and appends the document to the ledger port. Closing a closed period
-returns the stored document untouched.
+``prepare_period`` reads facts through the query port, prices them with the same code as the
+showback, checks the close policy and keeps the document as prepared (domain/approval.py).
+``approve_period`` closes the latest prepared document under an approver's name and appends
+it to the ledger. Both return a closed period's stored document untouched.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.domain.ledger import ClosePolicy, build_ledger, content_hash, corrections, line_from_doc, refusals
+from gpuledger.domain.approval import ApprovalError, approve, prepare, stale_against
+from gpuledger.domain.ledger import ClosePolicy, build_ledger, corrections, line_from_doc, refusals
 from gpuledger.domain.pricing import Line, Priced, rounded
 from gpuledger.domain.rows import price_rows
 from gpuledger.domain.showback import build_showback
@@ -19,7 +21,8 @@ from gpuledger.sinks.ledger_store import LedgerPort
 from gpuledger.sinks.query import QueryPort
 from gpuledger.sinks.showback_sql import read_showback_rows
 
-__all__ = ["CloseResult", "booked_for", "build_document", "close_period", "pending_corrections", "period_window"]
+__all__ = ["ApprovalError", "CloseResult", "approve_period", "booked_for", "build_document", "pending_corrections",
+           "period_window", "prepare_period"]
 
 
 @dataclass(frozen=True)
@@ -94,16 +97,37 @@ def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint
     return doc, priced
 
 
-def close_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint | None, period: str,
-                 policy: ClosePolicy, closed_at_ms: int, progress=lambda _: None) -> CloseResult:
+def prepare_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint | None, period: str,
+                   policy: ClosePolicy, by: str, at_ms: int, progress=lambda _: None) -> CloseResult:
+    """Step 1: the period's document, prepared by ``by`` (or the reasons it may not close)."""
     existing = ledger.get(period)
     if existing is not None:
         return CloseResult(existing, True, [])
-    doc, priced = build_document(reader, ledger.closed(), checkpoint, period, progress)
+    closed = ledger.closed()
+    doc, priced = build_document(reader, closed, checkpoint, period, progress)
     reasons = refusals(doc, priced, policy, period_window(period)[1])
     if reasons:
         return CloseResult(doc, False, reasons)
-    doc["hash"] = content_hash(doc)
-    ledger.append(period, doc["hash"], closed_at_ms, doc)
-    progress(f"close {period}: closed, {doc['hash']}")
+    doc = prepare(doc, by, at_ms, [d for d in closed if d["period"] < period])
+    ledger.prepare(period, doc["hash"], at_ms, doc)
+    progress(f"close {period}: prepared by {doc['prepared']['by']}, {doc['hash']}")
     return CloseResult(doc, False, [])
+
+
+def approve_period(ledger: LedgerPort, period: str, by: str, at_ms: int, distinct_approver: bool,
+                   progress=lambda _: None) -> CloseResult:
+    """Step 2: the latest prepared document of ``period`` approved by ``by`` and closed.
+    Raises ``ApprovalError`` when there is none, or it may not be approved (by that name)."""
+    existing = ledger.get(period)
+    if existing is not None:
+        return CloseResult(existing, True, [])
+    doc = ledger.prepared(period)
+    if doc is None:
+        raise ApprovalError(f"{period} is not prepared: run `gpuledger close --period {period}` first")
+    stale = stale_against(doc, [d for d in ledger.closed() if d["period"] < period])
+    if stale:
+        raise ApprovalError(stale)
+    closed = approve(doc, by, at_ms, distinct_approver)
+    ledger.append(period, closed["hash"], at_ms, closed)
+    progress(f"close {period}: approved by {closed['approval']['approved_by']} and closed, {closed['hash']}")
+    return CloseResult(closed, False, [])

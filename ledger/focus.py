@@ -1,9 +1,12 @@
 """FOCUS 1.2 export of a closed period: one row per ledger line (pure).
 
-Every mandatory FOCUS column, plus ConsumedQuantity, ConsumedUnit, SkuId, Tags and two
-custom ``x_`` columns (the ledger hash and the period a correction corrects). Regular
-lines have a null ChargeClass; corrections have ``Correction``. Central lines (capacity
-nobody was charged for, subsidies, undistributed overhead) bill the central account.
+Every mandatory FOCUS column, the recommended ChargeFrequency, InvoiceId and
+ServiceSubcategory, plus ConsumedQuantity, ConsumedUnit, SkuId, Tags and two custom ``x_``
+columns (the ledger hash and the period a correction corrects). Regular lines have a null
+ChargeClass; corrections have ``Correction``. Central lines (capacity nobody was charged for,
+subsidies, undistributed overhead) bill the central account. The closed period is the
+invoice: InvoiceId names the period, the billing account and the ledger hash. Checked by the
+FinOps Foundation's ``focus-validator`` (tests/integration/test_ledger_month.py).
 """
 
 from __future__ import annotations
@@ -17,21 +20,23 @@ __all__ = ["FOCUS_COLUMNS", "focus_csv", "focus_rows"]
 
 FOCUS_COLUMNS = [
     "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodStart",
-    "BillingPeriodEnd", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargePeriodStart", "ChargePeriodEnd",
-    "ContractedCost", "EffectiveCost", "InvoiceIssuerName", "ListCost", "PricingQuantity", "PricingUnit",
-    "ProviderName", "PublisherName", "ServiceCategory", "ServiceName",
+    "BillingPeriodEnd", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency", "ChargePeriodStart",
+    "ChargePeriodEnd", "ContractedCost", "EffectiveCost", "InvoiceId", "InvoiceIssuerName", "ListCost",
+    "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName", "ServiceCategory", "ServiceName",
+    "ServiceSubcategory",
     "ConsumedQuantity", "ConsumedUnit", "SkuId", "Tags", "x_LedgerHash", "x_CorrectsPeriod",
 ]
-_UNITS = {"gpu_hour": "GPU-Hours", "million_tokens": "1M Tokens", "share": "Share", "credit": "Credit"}
-_SERVICES = {  # component -> (ServiceCategory, ServiceName)
-    "guaranteed": ("Compute", "GPU capacity (guaranteed)"),
-    "borrowed": ("Compute", "GPU capacity (borrowed)"),
-    "variable": ("AI and Machine Learning", "Inference tokens"),
-    "service_share": ("AI and Machine Learning", "Shared model endpoint"),
-    "overhead": ("Other", "Platform overhead"),
-    "credit": ("Other", "Credit"),
-    "subsidy": ("Compute", "Borrowed-capacity subsidy"),
+_UNITS = {"gpu_hour": "GPU-Hours", "million_tokens": "1000000 Tokens", "share": "Share", "credit": "Credit"}
+_SERVICES = {  # component -> (ServiceCategory, ServiceName, ServiceSubcategory)
+    "guaranteed": ("Compute", "GPU capacity (guaranteed)", "Containers"),
+    "borrowed": ("Compute", "GPU capacity (borrowed)", "Containers"),
+    "variable": ("AI and Machine Learning", "Inference tokens", "Generative AI"),
+    "service_share": ("AI and Machine Learning", "Shared model endpoint", "Generative AI"),
+    "overhead": ("Other", "Platform overhead", "Other (Other)"),
+    "credit": ("Other", "Credit", "Other (Other)"),
+    "subsidy": ("Compute", "Borrowed-capacity subsidy", "Containers"),
 }
+_FREQUENCY = {"credit": "One-Time", "overhead": "Recurring"}  # the rest is billed as used
 
 
 def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
@@ -40,7 +45,8 @@ def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
     for ln in doc["lines"]:
         tenant = ln["tenant_id"] if ln["payer"] == "tenant" else None
         category = "Credit" if ln["component"] == "credit" else "Usage"
-        service = _SERVICES.get(ln["component"], ("Compute", f"GPU capacity ({ln['component'].replace('_', ' ')})"))
+        service = _SERVICES.get(ln["component"], ("Compute", f"GPU capacity ({ln['component'].replace('_', ' ')})",
+                                                  "Containers"))
         consumed = category == "Usage" and ln["unit"] in ("gpu_hour", "million_tokens")
         tags = {"gpuledger/component": ln["component"], "gpuledger/payer": ln["payer"],
                 "gpuledger/ratecard": ln["ratecard_version"] or ""}
@@ -56,12 +62,14 @@ def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
             "ChargeCategory": category,
             "ChargeClass": "Correction" if ln["charge_class"] == "Correction" else "",
             "ChargeDescription": ln["description"],
+            "ChargeFrequency": _FREQUENCY.get(ln["component"], "Usage-Based"),
             "ChargePeriodStart": ln["charge_period_start"], "ChargePeriodEnd": ln["charge_period_end"],
             "ContractedCost": ln["amount"], "EffectiveCost": ln["amount"],
+            "InvoiceId": f"{doc['period']}/{tenant or central_account}/{doc['hash'].removeprefix('sha256:')[:16]}",
             "InvoiceIssuerName": provider, "ListCost": ln["list_amount"],
             "PricingQuantity": ln["quantity"], "PricingUnit": _UNITS.get(ln["unit"], ln["unit"]),
             "ProviderName": provider, "PublisherName": provider,
-            "ServiceCategory": service[0], "ServiceName": service[1],
+            "ServiceCategory": service[0], "ServiceName": service[1], "ServiceSubcategory": service[2],
             "ConsumedQuantity": ln["quantity"] if consumed else "",
             "ConsumedUnit": _UNITS[ln["unit"]] if consumed else "",
             "SkuId": ln["sku_id"],

@@ -1,8 +1,10 @@
-"""The ledger port: where closed periods are kept, append-only.
+"""The ledger port: where closed periods are kept, append-only, and the prepared documents
+that wait for approval (domain/approval.py).
 
-``ClickHouseLedger`` keeps them in ``ledger_documents`` (a MergeTree only ever INSERTed);
-``MemoryLedger`` is its in-memory twin. A period's ledger is its first document; the
-close command never writes a second one.
+``ClickHouseLedger`` keeps them in ``ledger_documents`` and ``ledger_prepared`` (MergeTrees
+only ever INSERTed); ``MemoryLedger`` is its in-memory twin. A period's ledger is its first
+closed document; the close command never writes a second one. A period may be prepared
+again (after late evidence, or a refused approval): its latest prepared document counts.
 """
 
 from __future__ import annotations
@@ -21,11 +23,21 @@ class LedgerPort(Protocol):
     def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None: ...
     def get(self, period: str) -> dict | None: ...
     def closed(self) -> list[dict]: ...
+    def prepare(self, period: str, digest: str, prepared_at_ms: int, document: dict) -> None: ...
+    def prepared(self, period: str) -> dict | None: ...
 
 
 @dataclass
 class MemoryLedger:
     rows: list[tuple[str, str, int, bytes]] = field(default_factory=list)
+    prepared_rows: list[tuple[str, str, int, bytes]] = field(default_factory=list)
+
+    def prepare(self, period: str, digest: str, prepared_at_ms: int, document: dict) -> None:
+        self.prepared_rows.append((period, digest, prepared_at_ms, orjson.dumps(document)))
+
+    def prepared(self, period: str) -> dict | None:
+        mine = [r for r in self.prepared_rows if r[0] == period]
+        return orjson.loads(max(enumerate(mine), key=lambda ir: (ir[1][2], ir[0]))[1][3]) if mine else None
 
     def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None:
         self.rows.append((period, digest, closed_at_ms, orjson.dumps(document)))
@@ -48,6 +60,15 @@ class ClickHouseLedger:
     def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None:
         self.store.insert("ledger_documents", [[period, digest, closed_at_ms, orjson.dumps(document).decode()]],
                            ["period", "hash", "closed_at_ms", "document"])
+
+    def prepare(self, period: str, digest: str, prepared_at_ms: int, document: dict) -> None:
+        self.store.insert("ledger_prepared", [[period, digest, prepared_at_ms, orjson.dumps(document).decode()]],
+                          ["period", "hash", "prepared_at_ms", "document"])
+
+    def prepared(self, period: str) -> dict | None:
+        _, rows = self.store.query(f"SELECT document FROM {self.store.db}.ledger_prepared WHERE period = %(p)s "
+                                   "ORDER BY prepared_at_ms DESC, inserted_at DESC LIMIT 1", {"p": period})
+        return orjson.loads(rows[0][0]) if rows else None
 
     def get(self, period: str) -> dict | None:
         _, rows = self.store.query(f"SELECT document FROM {self.store.db}.ledger_documents WHERE period = %(p)s "

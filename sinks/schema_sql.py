@@ -108,4 +108,10 @@ def ddl_statements(db: str) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS {db}.ledger_documents (
             period String, hash String, closed_at_ms Int64, document String
         ) ENGINE = MergeTree ORDER BY (period, closed_at_ms)""",
+        # Prepared periods waiting for approval (`close` prepares, `close --approve` closes): the
+        # latest per period counts; only ever INSERTed.
+        f"""CREATE TABLE IF NOT EXISTS {db}.ledger_prepared (
+            period String, hash String, prepared_at_ms Int64, document String,
+            inserted_at DateTime64(6, 'UTC') DEFAULT now64(6)
+        ) ENGINE = MergeTree ORDER BY (period, prepared_at_ms)""",
     ]

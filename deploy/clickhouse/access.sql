@@ -27,6 +27,7 @@ GRANT SELECT ON gpuledger.reference_documents TO `gpuledger_finance`;
 GRANT SELECT ON gpuledger.inventory_gpus TO `gpuledger_finance`;
 GRANT SELECT ON gpuledger.inventory_unavailable TO `gpuledger_finance`;
 GRANT SELECT ON gpuledger.ledger_documents TO `gpuledger_finance`;
+GRANT SELECT ON gpuledger.ledger_prepared TO `gpuledger_finance`;
 GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, ALTER ADD COLUMN ON gpuledger.* TO `gpuledger_writer`;
 CREATE ROW POLICY OR REPLACE `gpuledger_all_rows` ON gpuledger.capacity_facts FOR SELECT USING 1 AS PERMISSIVE TO `gpuledger_analyst`, `gpuledger_finance`, `gpuledger_writer`;
 CREATE ROW POLICY OR REPLACE `gpuledger_all_rows` ON gpuledger.utilization_facts FOR SELECT USING 1 AS PERMISSIVE TO `gpuledger_analyst`, `gpuledger_finance`, `gpuledger_writer`;

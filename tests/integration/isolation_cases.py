@@ -27,7 +27,8 @@ NUMERIC = {"capacity_fraction", "valid_from_ms", "valid_to_ms", "src_partition",
 ALLOCATIONS = {"acme": 3, "globex": 2, UNATTRIBUTED: 2}  # capacity facts per tenant
 REQUESTS = {"acme": 4, "globex": 3}
 WAITS = {"acme": 1, "globex": 2}
-DENIED_TABLES = ("ledger_documents", "processor_checkpoints", "inventory_gpus", "inventory_unavailable")
+DENIED_TABLES = ("ledger_documents", "ledger_prepared", "processor_checkpoints", "inventory_gpus",
+                 "inventory_unavailable")
 REFUSED = ("ACCESS_DENIED", "Not enough privileges", "READONLY", "readonly mode")
 
 

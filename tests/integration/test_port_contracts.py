@@ -194,3 +194,13 @@ def test_ledger_keeps_the_first_document_of_a_period(ledger):
     ledger.append("2026-10", "sha256:c", 5, {"period": "2026-10", "hash": "sha256:c", "lines": []})  # never wins
     assert ledger.get("2026-10")["hash"] == "sha256:a"
     assert [d["hash"] for d in ledger.closed()] == ["sha256:b", "sha256:a"]  # in period order
+
+
+def test_ledger_keeps_prepared_documents_apart_and_the_latest_counts(ledger):
+    assert ledger.prepared("2026-10") is None
+    ledger.prepare("2026-10", "sha256:p1", 2, {"period": "2026-10", "status": "prepared", "n": 1})
+    ledger.prepare("2026-10", "sha256:p2", 4, {"period": "2026-10", "status": "prepared", "n": 2})
+    ledger.prepare("2026-10", "sha256:p3", 3, {"period": "2026-10", "status": "prepared", "n": 3})  # older
+    ledger.prepare("2026-09", "sha256:p4", 9, {"period": "2026-09", "status": "prepared", "n": 4})
+    assert ledger.prepared("2026-10")["n"] == 2 and ledger.prepared("2026-09")["n"] == 4
+    assert ledger.get("2026-10") is None and ledger.closed() == []  # prepared is not closed

@@ -32,8 +32,9 @@ def test_a_cluster_retired_mid_month_closes_with_its_overhead_in_full(stack, tmp
     truth = VariedTruth.of(plan)
     stack.run("ingest", str(write_varied(plan, tmp_path / "capture")))
     stack.run("process", "--until-caught-up")
-    closed = stack.run("close", "--period", "2026-10", check=False)
-    assert closed.returncode == 0, closed.stdout + closed.stderr
+    prepared = stack.run("close", "--period", "2026-10", "--by", "pat", check=False)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    stack.run("close", "--period", "2026-10", "--approve", "--by", "quinn")
     doc = orjson.loads(stack.run("ledger", "show", "--period", "2026-10").stdout)
     assert doc["evidence_to"] == "2026-11-01T00:00:00Z"
     gpus = sum(len(g) for g in plan.nodes.values())

@@ -41,7 +41,8 @@ def test_tenants_may_only_select_the_facts_and_the_rate_cards():
                         "FOR SELECT USING 0 AS PERMISSIVE TO `gpuledger_tenants`" for t in TENANT_FACT_TABLES],
                       "CREATE ROW POLICY OR REPLACE `gpuledger_tenants_shared` ON gpuledger.reference_documents "
                       "FOR SELECT USING kind = 'ratecards' AS PERMISSIVE TO `gpuledger_tenants`"]
-    for table in ("ledger_documents", "processor_checkpoints", "inventory_gpus", "inventory_unavailable"):
+    for table in ("ledger_documents", "ledger_prepared", "processor_checkpoints", "inventory_gpus",
+                  "inventory_unavailable"):
         assert not any(table in s for s in _grants_to(statements, "gpuledger_tenants"))
 
 
