@@ -7,13 +7,14 @@ inputs are processed, never a made-up zero.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 
 from gpuledger.domain.pricing import Priced, rounded
 from gpuledger.domain.rows import COST_PARTS, money_reconciliation, price_rows
 from gpuledger.domain.timeutil import format_rfc3339
 
-__all__ = ["build_showback", "render_csv", "render_table"]
+__all__ = ["build_showback", "cost_per_outcome", "render_csv", "render_table"]
 
 MODES = ("exclusive", "mig", "timeslice", "vgpu")
 
@@ -67,7 +68,7 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
                      "input_tokens": tin, "output_tokens": tout, "queue_s": _quantiles(queue),
                      "ttft_s": _quantiles(ttft), "e2e_s": _quantiles(e2e)})
     version, endpoints = rows["endpoint_blocks"]
-    currency, money = _costs(rows, priced, endpoints, entry)
+    currency, money, totals = _costs(rows, priced, endpoints, entry)
     for ep in endpoints:
         entry(ep["owner_tenant_id"])["endpoint_recovered_gpu_hours"] += ep["recovered_gpu_hours"]
         for share in ep["shares"]:
@@ -118,6 +119,7 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         "endpoints": endpoints,
         "endpoint_refusals": [r for r in rows.get("endpoint_refusals", ()) if tenant is None or r["tenant_id"] == tenant],
         "productive_work": [w for w in work if tenant is None or w["tenant_id"] == tenant],
+        "cost_per_outcome": cost_per_outcome(totals, priced.endpoint_cost if currency else None, work, tenant),
         "fragmentation": _fragmentation(rows.get("fragmentation", ()), rows.get("unhostable", ())),
         "platform": platform,
     }
@@ -174,7 +176,7 @@ def _costs(rows: dict, priced: Priced, endpoints: list[dict], entry) -> tuple[st
     """Tenant ``cost`` blocks and endpoint/share costs from the priced lines (domain/pricing.py),
     in whole cents that add up; the platform's money reconciliation."""
     if not rows["cards"]:
-        return None, None
+        return None, None, {}
     costs: dict[str, dict[str, Decimal]] = {}
     shown = rounded(priced.lines)
     for line in shown:
@@ -195,7 +197,65 @@ def _costs(rows: dict, priced: Priced, endpoints: list[dict], entry) -> tuple[st
             share["cost"] = float(parts.get(share["tenant_id"], 0))
     for tid, c in costs.items():
         entry(tid)["cost"] = {k: float(v) for k, v in c.items()}
-    return rows["cards"][0].currency, {k: float(v) for k, v in money_reconciliation(priced, shown).items()}
+    return (rows["cards"][0].currency, {k: float(v) for k, v in money_reconciliation(priced, shown).items()},
+            {tid: c["total"] for tid, c in costs.items()})
+
+
+_PER = Decimal("0.000001")
+
+
+def _money6(x: Fraction) -> float:
+    return float((Decimal(x.numerator) / Decimal(x.denominator)).quantize(_PER, ROUND_HALF_UP))
+
+
+def _outcome(cost: Decimal | Fraction | None, successful: int, output_tokens: int) -> dict:
+    """Cost over what it produced, to 1e-6 of the currency (half up, from the exact quotient);
+    null where either is missing (no rate card, or nothing produced)."""
+    exact = None if cost is None else Fraction(cost)
+    return {"cost": None if exact is None else _money6(exact),
+            "successful_requests": successful, "output_tokens": output_tokens,
+            "per_successful_request": None if exact is None or not successful else _money6(exact / successful),
+            "per_million_output_tokens": None if exact is None or not output_tokens
+            else _money6(exact * 1_000_000 / output_tokens)}
+
+
+def cost_per_outcome(tenant_totals: dict, endpoint_cost: dict | None, work: list[dict], tenant: str | None) -> dict:
+    """Cost per successful request and per million output tokens.
+
+    - per tenant: everything the tenant is charged in the window (its cost ``total``);
+    - per endpoint: the endpoint's own GPU capacity at its owner's rates (what serving cost);
+    - per model: each endpoint's capacity cost split over the models it served by successful
+      requests (all of it where it served one model), summed per model.
+    """
+    by_tenant: dict[str, list[int]] = {}
+    by_endpoint: dict[str, list[int]] = {}
+    by_endpoint_model: dict[tuple[str, str], list[int]] = {}
+    for w in work:
+        for key, acc in ((w["tenant_id"], by_tenant), (w["endpoint_id"], by_endpoint),
+                         ((w["endpoint_id"], w["model"]), by_endpoint_model)):
+            got = acc.setdefault(key, [0, 0])
+            got[0] += w["successful_requests"]
+            got[1] += w["output_tokens"]
+    models: dict[str, list] = {}
+    for (ep, model), (ok, tout) in sorted(by_endpoint_model.items()):
+        m = models.setdefault(model, [Fraction(0), 0, 0, endpoint_cost is not None])
+        ep_ok = by_endpoint[ep][0]
+        if endpoint_cost is not None and ep_ok:
+            m[0] += Fraction(endpoint_cost.get(ep, Decimal(0))) * ok / ep_ok
+        m[1] += ok
+        m[2] += tout
+    tenants = sorted(set(tenant_totals) | set(by_tenant))
+    return {
+        "tenants": [{"tenant_id": t, **_outcome(tenant_totals.get(t, Decimal(0)) if endpoint_cost is not None else None,
+                                                *by_tenant.get(t, (0, 0)))}
+                    for t in tenants if tenant is None or t == tenant],
+        "endpoints": [] if tenant is not None else [
+            {"endpoint_id": ep, **_outcome(None if endpoint_cost is None else endpoint_cost.get(ep, Decimal(0)), ok, tout)}
+            for ep, (ok, tout) in sorted(by_endpoint.items())],
+        "models": [] if tenant is not None else [
+            {"model": model, **_outcome(cost if priced_ else None, ok, tout)}
+            for model, (cost, ok, tout, priced_) in sorted(models.items())],
+    }
 
 
 def _quantiles(values) -> dict:

@@ -2,6 +2,7 @@
 with different token mixes) through the real broker, the workers, the sink and ClickHouse."""
 
 import statistics
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
@@ -67,3 +68,28 @@ def test_costs_from_the_rate_card(showback):
     assert tenants["beta"]["cost"]["total"] == pytest.approx(9.75 + 0.07, abs=0.01)
     # the A100 vGPU hours are not priced by this card: reported, not dropped
     assert doc["platform"]["unpriced_gpu_hours"] == {"A100-40GB": pytest.approx(1.5 + 0.15 + 0.1, abs=1e-9)}
+
+
+def test_cost_per_outcome(showback):
+    """The endpoint's 24.00 over its successful requests and output tokens, by hand; each
+    tenant's total charge over its own."""
+    _, doc = showback
+    work = doc["productive_work"]
+    ok, out = sum(w["successful_requests"] for w in work), sum(w["output_tokens"] for w in work)
+    assert ok == 100 + 50 + 30  # gamma's 10 errors produce nothing
+    outcome = doc["cost_per_outcome"]
+    (ep,) = outcome["endpoints"]
+    assert (ep["endpoint_id"], ep["cost"], ep["successful_requests"], ep["output_tokens"]) == ("chat-llm", 24.0, ok, out)
+    assert ep["per_successful_request"] == 0.133333  # 24.00 / 180 = 0.1333...
+    assert ep["per_million_output_tokens"] == float(
+        (Decimal("24.00") * 1_000_000 / out).quantize(Decimal("0.000001"), ROUND_HALF_UP))
+    (model,) = outcome["models"]
+    assert model["model"] == "llama-3.1-70b" and model["cost"] == 24.0 and model["successful_requests"] == ok
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    for t in outcome["tenants"]:
+        charged = Decimal(str(tenants[t["tenant_id"]]["cost"]["total"]))
+        assert t["cost"] == float(charged)
+        if t["successful_requests"]:
+            assert t["per_successful_request"] == float(
+                (charged / t["successful_requests"]).quantize(Decimal("0.000001"), ROUND_HALF_UP))
+    assert {t["tenant_id"]: t["successful_requests"] for t in outcome["tenants"]}["gamma"] == 30
