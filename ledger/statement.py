@@ -45,6 +45,14 @@ def _rows(lines: list[dict], currency: str) -> str:
         f"<td class='num'>{escape(ln['amount'])}</td></tr>" for ln in lines)
 
 
+def _approval(doc: dict) -> str:
+    a = doc.get("approval")
+    if not a:
+        return ""
+    return (f" (prepared by {escape(a['prepared_by'])} on {escape(a['prepared_at'])}, approved by "
+            f"{escape(a['approved_by'])} on {escape(a['approved_at'])})")
+
+
 def render_statement(doc: dict, tenant_id: str) -> str:
     mine = [ln for ln in doc["lines"] if ln["payer"] == "tenant" and ln["tenant_id"] == tenant_id]
     summary = next((t for t in doc["tenants"] if t["tenant_id"] == tenant_id), None)
@@ -70,7 +78,8 @@ def render_statement(doc: dict, tenant_id: str) -> str:
 <style>{_CSS}</style></head><body>
 <h1>GPU statement — tenant {escape(tenant_id)}</h1>
 <p class="meta">Period {escape(doc['period'])} ({escape(doc['period_start'])} to {escape(doc['period_end'])}),
-status {escape(doc['status'])}, rate card {escape(str(doc['ratecard_version']))}, amounts in {escape(currency)}.</p>
+status {escape(doc['status'])}{_approval(doc)}, rate card {escape(str(doc['ratecard_version']))}, amounts in
+{escape(currency)}.</p>
 <h2>Charges</h2>
 <table><tr><th>component</th><th>SKU</th><th>basis</th><th class="num">amount</th></tr>
 {_rows(regular, currency)}

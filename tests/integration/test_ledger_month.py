@@ -207,6 +207,7 @@ def test_statement_renders_in_headless_chromium(month):
     dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], check=True, capture_output=True,
                          text=True, timeout=120).stdout
     assert doc["hash"] in dom and "6970.50 USD" in dom and "Why idle reserved capacity still costs" in dom
+    assert "prepared by pat on " in dom and "approved by quinn on " in dom
     assert "1,488.000000 GPU-hours × 2.50 USD/GPU-hour" in dom
 
 
