@@ -32,7 +32,7 @@ from fractions import Fraction
 from gpuledger.domain.bounds import check_rate
 from gpuledger.domain.cost import RateCard, cents, overhead_pool, round_cents, signed_cents, to_decimal
 from gpuledger.domain.endpoints import MICRO, largest_remainder
-from gpuledger.domain.quota import Quota, split_skus_by_quota
+from gpuledger.domain.quota import Quota, entitled_gpu_hours, split_skus_by_quota
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
 __all__ = ["CENTRAL_BUCKETS", "Credit", "Line", "Priced", "WindowCapacity", "parse_credits", "price", "rounded"]
@@ -89,6 +89,8 @@ class Priced:
     endpoint_cost: dict[str, Decimal] = field(default_factory=dict)
     endpoint_parts: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     tenant_hours: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (tenant, class)
+    # (tenant, class) -> [entitled guaranteed GPU-hours, used, list value of the unused part]
+    entitlement: dict[tuple[str, str], list] = field(default_factory=dict)
 
 
 def parse_credits(doc: list) -> list[Credit]:
@@ -128,6 +130,7 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
             tg, tb = out.tenant_hours.get((tenant, gpu_class), (0.0, 0.0))
             out.tenant_hours[(tenant, gpu_class)] = (tg + g, tb + b)
         allocated = _capacity_lines(card, cap, hours, out)
+        _entitlement(card, cap, hours, quotas, out)
         if card is None:
             continue
         versions.append(card.version)
@@ -204,6 +207,23 @@ def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out
                 out.lines.append(Line("central", "", key[0], gpu_class, "gpu_hour", q, list_rate, q * list_rate,
                                       q * list_rate, *span, f"{key[0]} {gpu_class} GPU-hours at the list rate"))
     return allocated
+
+
+def _entitlement(card: RateCard | None, cap: WindowCapacity, hours: dict, quotas: list[Quota], out: Priced) -> None:
+    """Guaranteed GPU-hours each tenant's quota entitled it to in the window, how many it
+    used, and the list value of the rest (idle entitlement: what a committed rate would
+    charge for it)."""
+    used: dict[tuple[str, str], float] = {}
+    for (tenant, gpu_class, _), (g, _) in hours.items():
+        used[(tenant, gpu_class)] = used.get((tenant, gpu_class), 0.0) + g
+    for key, entitled in entitled_gpu_hours(quotas, cap.from_ms, cap.to_ms).items():
+        e = out.entitlement.setdefault(key, [0.0, 0.0, Decimal(0)])
+        mine = min(used.get(key, 0.0), entitled)
+        e[0] += entitled
+        e[1] += mine
+        rate = card.gpu_hour.get(key[1], {}).get("guaranteed") if card else None
+        if rate is not None:
+            e[2] += _decimal(Fraction(max(0.0, entitled - mine))) * rate
 
 
 def _variable_lines(card: RateCard, cap: WindowCapacity, hourly_tokens: list[tuple], out: Priced) -> None:

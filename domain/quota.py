@@ -90,3 +90,18 @@ def split_skus_by_quota(held: list[tuple[str, str, str, int, int, float]], quota
         for sku in skus:
             out[(*key, sku)] = (guaranteed_ms[sku] / MS_PER_HOUR, borrowed_ms[sku] / MS_PER_HOUR)
     return out
+
+
+def entitled_gpu_hours(quotas: list[Quota], from_ms: int, to_ms: int) -> dict[tuple[str, str], float]:
+    """{(tenant, class): guaranteed GPU-hours the quotas in force entitle it to over
+    ``[from_ms, to_ms)``}, used or not (the latest quota starting at or before an instant
+    counts, as in ``split_skus_by_quota``)."""
+    out: dict[tuple[str, str], float] = {}
+    for key in sorted({(q.tenant_id, q.gpu_class) for q in quotas}):
+        mine = [q for q in quotas if (q.tenant_id, q.gpu_class) == key]
+        cuts = sorted({from_ms, to_ms} | {t for q in mine for t in (q.valid_from_ms, q.valid_to_ms)
+                                          if t is not None and from_ms < t < to_ms})
+        ms = sum(_quota_at(mine, a) * (b - a) for a, b in zip(cuts, cuts[1:]))
+        if ms > 0:
+            out[key] = ms / MS_PER_HOUR
+    return out

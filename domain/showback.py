@@ -10,6 +10,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
+from gpuledger.domain.cost import round_cents
 from gpuledger.domain.pricing import Priced, rounded
 from gpuledger.domain.rows import COST_PARTS, money_reconciliation, price_rows
 from gpuledger.domain.timeutil import format_rfc3339
@@ -32,6 +33,7 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
                 "covered_gpu_hours": 0.0, "service_share_gpu_hours": 0.0, "endpoint_recovered_gpu_hours": 0.0,
                 "requests": 0, "successful_requests": 0, "input_tokens": 0, "output_tokens": 0,
                 "confidence_gpu_hours": {"high": 0.0, "medium": 0.0, "modeled": 0.0},
+                "entitlement": None,  # from quotas: guaranteed GPU-hours entitled, used, unused and their list value
                 "cost": None,
             }
         return tenants[tid]
@@ -50,6 +52,19 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         e["active_gpu_hours"] = active
         e["idle_allocated_gpu_hours"] = max(0.0, covered - active)
     priced = priced or price_rows(rows)
+    for (tid, gpu_class), (entitled, used, value) in sorted(priced.entitlement.items()):
+        e = entry(tid)
+        if e["entitlement"] is None:
+            e["entitlement"] = {"unused_guaranteed_gpu_hours": 0.0, "unused_guaranteed_list_value": None, "by_class": {}}
+        block = e["entitlement"]
+        unused = max(0.0, entitled - used)
+        block["by_class"][gpu_class] = {"entitled_gpu_hours": entitled, "used_gpu_hours": used,
+                                        "unused_gpu_hours": unused,
+                                        "unused_list_value": float(round_cents(value)) if rows.get("cards") else None}
+        block["unused_guaranteed_gpu_hours"] += unused
+        if rows.get("cards"):
+            block["unused_guaranteed_list_value"] = float(round_cents(
+                Decimal(str(block["unused_guaranteed_list_value"] or 0)) + round_cents(value)))
     for (tid, gpu_class), (guaranteed, borrowed) in sorted(priced.tenant_hours.items()):
         e = entry(tid)
         e["guaranteed_gpu_hours"] += guaranteed

@@ -191,6 +191,24 @@ def test_focus_export_passes_the_finops_foundation_validator(month, tmp_path):
     assert len(list(csv.DictReader(export.open()))) == len(doc["lines"])
 
 
+def test_unused_guaranteed_hours_in_the_showback(month):
+    """alpha's quota of 2 GPUs is used in full (it holds 3 all month); gamma's 1 GPU (744 h)
+    is used while it holds GPUs, 200..500 h less the 3 h of held-back snapshots: 297 h used,
+    447 h unused, 1117.50 at the 2.50 list rate. beta has no quota."""
+    stack = month[0]
+    doc = orjson.loads(stack.run("showback", "--period", "2026-10", "--format", "json").stdout)
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    alpha = tenants["alpha"]["entitlement"]
+    assert alpha["by_class"]["H100-80GB"] == {"entitled_gpu_hours": 1488.0, "used_gpu_hours": pytest.approx(1488.0),
+                                              "unused_gpu_hours": pytest.approx(0.0, abs=1e-6),
+                                              "unused_list_value": 0.0}
+    gamma = tenants["gamma"]["entitlement"]
+    assert (gamma["unused_guaranteed_gpu_hours"], gamma["unused_guaranteed_list_value"]) == (
+        pytest.approx(447.0, abs=1e-6), 1117.50)
+    assert gamma["by_class"]["H100-80GB"]["used_gpu_hours"] == pytest.approx(297.0, abs=1e-6)
+    assert tenants["beta"]["entitlement"] is None
+
+
 def test_statement_renders_in_headless_chromium(month):
     stack, root, doc, _ = month
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -89,3 +89,27 @@ def test_overhead_split_by_allocation_in_whole_cents():
 def test_the_order_of_the_rows_does_not_change_the_lines_or_their_order():
     assert _priced(reverse_rows=True).lines == _priced().lines
     assert rounded(_priced(reverse_rows=True).lines) == rounded(_priced().lines)
+
+
+def test_unused_guaranteed_hours_and_their_list_value():
+    """a's quota entitles it to 1 GPU all October (744 h); it held at least 1 GPU for 10 h, so
+    10 h were used and 734 h were not: 734 x 2.50 = 1835.00 at the list (guaranteed) rate.
+    b has no quota, so no entitlement."""
+    priced = _priced()
+    assert set(priced.entitlement) == {("a", "H100")}
+    entitled, used, value = priced.entitlement[("a", "H100")]
+    assert (entitled, used, value) == (744.0, 10.0, Decimal("1835.00"))
+
+
+def test_entitlement_follows_the_quotas_in_force():
+    """A quota of 2 GPUs from the 11th replaces the 1 GPU one: 10 days x 24 h x 1 + 21 days x
+    24 h x 2 = 240 + 1008 = 1248 entitled GPU-hours; one ending on the 21st stops there."""
+    from gpuledger.domain.quota import entitled_gpu_hours
+
+    quotas = parse_quotas([
+        {"tenant_id": "a", "gpu_class": "H100", "guaranteed_gpus": 1, "valid_from": "2026-10-01T00:00:00Z"},
+        {"tenant_id": "a", "gpu_class": "H100", "guaranteed_gpus": 2, "valid_from": "2026-10-11T00:00:00Z"},
+        {"tenant_id": "b", "gpu_class": "H100", "guaranteed_gpus": 4, "valid_from": "2026-09-01T00:00:00Z",
+         "valid_to": "2026-10-21T00:00:00Z"}])
+    assert entitled_gpu_hours(quotas, OCT, NOV) == {("a", "H100"): 1248.0, ("b", "H100"): 4 * 20 * 24.0}
+    assert entitled_gpu_hours(quotas, OCT + 5 * H, OCT + 7 * H) == {("a", "H100"): 2.0, ("b", "H100"): 8.0}
