@@ -4,8 +4,10 @@
   timestamp = ``observed_at``, kept for the audit horizon (``audit_retention_days``,
   default 400: a closed year plus a dispute window). Replay reads them from the start of
   retention, which is also the look-back for who owned what when a period began.
-- The reference topic is state: compacted, the latest document per key (cluster/kind) is
-  kept forever.
+- The reference topic is a system of record too: every document (inventory, quotas, rate
+  cards, credits, endpoints) is kept, in order, forever (delete policy, no retention limit;
+  never compacted to the latest per key). A replay of a closed period reads it up to where
+  that period closed, so documents published later do not change what it reproduces.
 - Fact topics carry the workers' facts to the sink (keyed by fact id, kept a week: the
   sink's lag allowance; ClickHouse holds them after, and they can always be rebuilt from
   the source topics with ``gpuledger replay``). ``facts.progress`` (compacted) says how far
@@ -49,7 +51,7 @@ class Topics:
         audit_ms = str(retention_days * 24 * 3600 * 1000)
         src = {"cleanup.policy": "delete", "retention.ms": audit_ms, "compression.type": "lz4",
                "message.timestamp.type": "CreateTime"}
-        ref = {"cleanup.policy": "compact", "compression.type": "lz4"}
+        ref = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1", "compression.type": "lz4"}
         p = source_partitions
         self.prefix = prefix
         self.k8s = TopicSpec(f"{prefix}.source.k8s-watch", "k8s_watch_event", p, src)

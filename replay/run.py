@@ -110,8 +110,9 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
     try:
         procs = spawn_workers(settings, processes, ["--until-caught-up", "--job", job, "--stop-offsets", str(stops)],
                               progress)
+        references = {k: high for k, (_, high) in extents.items() if k.rsplit(":", 1)[0] == topics.reference.name}
         code = run_sink(settings, job_topics, shadow, f"{settings.topic_prefix}-job-{job}-sink", progress, wall_ms,
-                        lambda: False, threading.Lock(), procs, True)
+                        lambda: False, threading.Lock(), procs, True, reference_stops=references)
         if code != 0:
             raise RuntimeError(f"replay {period}: the replay workers failed (exit {code}); see their messages above")
     finally:

@@ -7,7 +7,8 @@ The sink's consumer group reads the fact topics (capacity, utilization, requests
      deduplicate by fact id, so a batch written twice after a crash changes nothing); a row
      the store refuses for good is bisected out and dead-lettered (sinks/isolate.py);
   2. write the valid reference documents (inventory, rate cards, quotas, credits) and the
-     progress rows;
+     progress rows (a replay's sink takes reference documents only below its stop offsets:
+     those published after the replayed period closed are not the ones it was priced with);
   3. only then commit the batch's offsets.
 
 While the store refuses writes for a while (transient), the same batch is retried with
@@ -47,7 +48,7 @@ class SinkLoop:
     def __init__(self, bootstrap: str, topics: Topics, store, group: str, dead_letter: Callable[[str, str, bytes], None],
                  dead_letter_flush: Callable[[], None], progress: Callable[[str], None], lock: threading.Lock,
                  should_stop: Callable[[], bool], batch_records: int = 50_000, on_store_error=None,
-                 client: Mapping[str, str] | None = None) -> None:
+                 client: Mapping[str, str] | None = None, reference_stops: Mapping[str, int] | None = None) -> None:
         self.bootstrap, self.topics, self.store, self.progress = bootstrap, topics, store, progress
         self.client = dict(client or {})
         self.lock, self.should_stop, self.batch_records = lock, should_stop, batch_records
@@ -57,6 +58,7 @@ class SinkLoop:
         self.kinds = {spec.name: kind for kind, spec in topics.facts.items()}
         self.names = [*self.kinds, topics.progress.name, topics.reference.name]
         self.reference_codec = Codec("reference_document")
+        self.reference_stops = dict(reference_stops) if reference_stops is not None else None  # "topic:p" -> stop
         self.consumer = Consumer({"bootstrap.servers": bootstrap, **self.client, "group.id": group,
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
                                   "fetch.max.bytes": 52_428_800,
@@ -82,7 +84,7 @@ class SinkLoop:
                 by_kind.setdefault(kind, []).append(m.value())
             elif topic == self.topics.progress.name:
                 progress.append(orjson.loads(m.value()))
-            else:
+            elif self.reference_stops is None or m.offset() < self.reference_stops.get(f"{topic}:{m.partition()}", 0):
                 references.append(m.value())
         self._write(by_kind, progress, references)
         offsets: dict[tuple[str, int], int] = {}

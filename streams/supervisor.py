@@ -87,8 +87,10 @@ def spawn_workers(settings: Settings, n: int, args: list[str], progress: Callabl
 
 def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Callable[[str], None],
              wall_ms: Callable[[], int], should_stop: Callable[[], bool], lock: threading.Lock,
-             workers: list[subprocess.Popen] | None, until_caught_up: bool) -> int:
-    """The sink loop; with ``workers``, until they exit (then drain when caught up)."""
+             workers: list[subprocess.Popen] | None, until_caught_up: bool,
+             reference_stops: dict[str, int] | None = None) -> int:
+    """The sink loop; with ``workers``, until they exit (then drain when caught up). A replay
+    passes ``reference_stops``: reference documents at or past them are not taken."""
     metrics = WorkerMetrics()
     if settings.sink_metrics_port >= 0:
         port = metrics.serve(settings.sink_metrics_port, settings.metrics_addr, settings.metrics_secret())
@@ -98,7 +100,7 @@ def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Ca
     dead = DeadLetters(publisher, topics.dead_letter.name, wall_ms)
     sink = SinkLoop(settings.kafka_bootstrap, topics, store, group, metrics.counting_dead_letters(dead.send),
                     dead.flush, progress, lock, should_stop, settings.sink_batch_records, metrics.store_error,
-                    client=client)
+                    client=client, reference_stops=reference_stops)
     last = 0.0
     try:
         while True:

@@ -24,9 +24,10 @@ from xml.etree import ElementTree
 
 import orjson
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from captures import split_lines
-from conftest import REPO, Stack
+from conftest import BOOTSTRAP, REPO, Stack
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.approval import seal_hash, verify
 from gpuledger.domain.timeutil import parse_rfc3339_ms
@@ -286,3 +287,29 @@ def test_late_snapshot_after_close_becomes_corrections(month):
     # and nothing is pending any more: the ledger plus its corrections equals the replay
     assert orjson.loads(stack.run("ledger", "corrections").stdout) == []
     assert stack.run("diff", "--period", "2026-10", "--against", "replay_now", check=False).returncode == 0
+
+
+def test_documents_published_after_the_close_do_not_change_its_replay(month, tmp_path):
+    """The reference topic keeps every document (never compacted to the latest). After a
+    rate-card document that prices December only and an inventory with one more GPU are
+    published, October is no longer priced live, yet its replay at close reproduces its hash."""
+    stack, root, october, _ = month
+    topic = ConfigResource(ConfigResource.Type.TOPIC, f"{stack.prefix}.reference.documents")
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})  # kept: its futures resolve only while it lives
+    config = {k: v.value for k, v in admin.describe_configs([topic])[topic].result().items()}
+    assert (config["cleanup.policy"], config["retention.ms"], config["retention.bytes"]) == ("delete", "-1", "-1")
+    cards = orjson.loads((root / "full" / "ratecards.json").read_bytes())
+    december = [{**cards[0], "version": "2026-12-v1", "valid_from": "2026-12-01T00:00:00Z", "valid_to": None}]
+    (tmp_path / "ratecards.json").write_bytes(orjson.dumps(december))
+    inventory = orjson.loads((root / "full" / "inventory.json").read_bytes())
+    added = {**inventory["gpus"][0], "gpu_uuid": "GPU-00000000-0000-0000-0000-0000000000dd",
+             "valid_from": "2026-12-01T00:00:00Z", "valid_to": None}
+    (tmp_path / "inventory.json").write_bytes(orjson.dumps({**inventory, "gpus": [*inventory["gpus"], added]}))
+    cluster = month_plan().cluster_id
+    for kind in ("ratecards", "inventory"):
+        stack.run("load", kind, str(tmp_path / f"{kind}.json"), "--cluster", cluster)
+    stack.run("process", "--until-caught-up")
+    live = orjson.loads(stack.run("showback", "--period", "2026-10", "--format", "json").stdout)
+    assert live["ratecard_version"] != october["ratecard_version"]  # the new card is in force live
+    out = orjson.loads(stack.run("replay", "--period", "2026-10", "--into", "replay_after_docs", "--at-close").stdout)
+    assert out["hash"] == october["hash"] and out["same_hash"]

@@ -1,5 +1,6 @@
 """Retention by role, as the broker holds it: source and dead-letter topics keep evidence
-for the audit horizon (from the settings), the reference (state) topic is compacted."""
+for the audit horizon (from the settings); the reference topic keeps every document forever
+(never compacted: a replay of a closed period reads the documents as they were)."""
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -23,7 +24,7 @@ def test_topics_are_created_with_retention_by_role(stack):
     for role, name in names.items():
         c = configs[name]
         if role == "reference.documents":
-            assert c["cleanup.policy"] == "compact"
+            assert (c["cleanup.policy"], c["retention.ms"], c["retention.bytes"]) == ("delete", "-1", "-1")
         else:
             assert (c["cleanup.policy"], c["retention.ms"]) == ("delete", thirty_days), role
         if role.startswith("source."):
