@@ -16,11 +16,27 @@ __all__ = ["Changelog"]
 BROADCAST_KEY = b"broadcast"
 
 
+def largest_parts(state: object, depth: int = 4, width: int = 3) -> str:
+    """Where a snapshot's bytes are: the largest entries, following the largest one down."""
+    path, levels = [], []
+    while depth and isinstance(state, dict) and state:
+        sizes = sorted(((len(orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS)), str(k)) for k, v in state.items()),
+                       reverse=True)
+        levels.append(", ".join(f"{'.'.join([*path, k])}={n >> 10} KiB" for n, k in sizes[:width]))
+        path.append(sizes[0][1])
+        state = next(v for k, v in state.items() if str(k) == sizes[0][1])
+        depth -= 1
+        if isinstance(state, list) and state:
+            levels.append(f"{'.'.join(path)} has {len(state)} entries")
+    return "; ".join(levels)
+
+
 class Changelog:
     def __init__(self, bootstrap: str, topics: Topics, producer: Producer,
                  client: Mapping[str, str] | None = None) -> None:
         self.bootstrap, self.topics, self.producer, self.client = bootstrap, topics, producer, dict(client or {})
         self.written_bytes = 0
+        self.last_bytes: dict[str, int] = {}  # each part's latest snapshot size
 
     def write_unit(self, number: int, state: dict) -> None:
         self._write(self.topics.unit_state.name, number, f"unit-{number}".encode(), state)
@@ -32,8 +48,10 @@ class Changelog:
         value = orjson.dumps(state, option=orjson.OPT_NON_STR_KEYS)
         if len(value) > STATE_MAX_BYTES:
             raise RuntimeError(f"{key.decode()} state is {len(value) >> 20} MiB, over the {STATE_MAX_BYTES >> 20} MiB a "
-                               "snapshot may take: more live state than one unit should hold; add source partitions")
+                               f"snapshot may take ({largest_parts(state)}): more live state than one unit should "
+                               "hold; add source partitions")
         self.written_bytes += len(value)
+        self.last_bytes[key.decode()] = len(value)
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, partition=partition)

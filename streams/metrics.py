@@ -78,6 +78,9 @@ class WorkerMetrics:
         self.pending_samples = Gauge("gpuledger_worker_pending_samples",
                                      "DCGM samples waiting for the PodResources snapshot that explains them.",
                                      registry=r)
+        self.snapshot_bytes = Gauge("gpuledger_worker_state_snapshot_bytes",
+                                    "Size of the latest state snapshot written to the changelog, by part "
+                                    "(unit-N or broadcast); bounded by what is live.", ["part"], registry=r)
         self.last_flush = Gauge("gpuledger_worker_last_flush_timestamp_seconds",
                                 "When a batch was last written, unix seconds.", registry=r)
         for table in _TABLES:
@@ -103,6 +106,10 @@ class WorkerMetrics:
         self.pending_samples.set(pending_samples)
         self.flush_seconds.observe(seconds)
         self.last_flush.set(time.time())
+
+    def snapshots(self, sizes: dict[str, int]) -> None:
+        for part, n in sizes.items():
+            self.snapshot_bytes.labels(part).set(n)
 
     def skipped(self, series_skipped: dict[str, int]) -> None:
         for reason, n in series_skipped.items():

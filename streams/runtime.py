@@ -23,10 +23,10 @@ it (3 follows 2), so nothing is skipped; facts produced after the snapshot are p
 with the same fact ids, and the sink writes them idempotently. Units that stay are kept in
 memory; only moved units are loaded.
 
-Reading is paced by event time (the records' Kafka timestamps = ``observed_at``): a
-partition whose latest record is more than ``read_ahead_s`` ahead of the slowest partition
-not yet at its end is paused until the others catch up, so memory does not depend on how the
-broker happens to hand out fetches.
+Reading is paced by event time (streams/pacing.py): a record more than ``read_ahead_s``
+ahead of the slowest partition not yet at its end is parked, unprocessed, and its partition
+paused until the others catch up, so state does not depend on how the broker hands out
+fetches.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.security import client_config
 from gpuledger.bus.changelog import Changelog
 from gpuledger.bus.fetch import SOURCE_FETCH
+from gpuledger.streams.pacing import Pacer
 from gpuledger.streams.engine import Engine
 from gpuledger.streams.fact_codec import iter_encoded
 from gpuledger.streams.heap import trim_heap
@@ -89,8 +90,7 @@ class Worker:
         self.unit_topics = list(self.engine.unit_topics)
         self.bcast_topics = list(self.engine.broadcast_topics)
         self.paced = {t.k8s.name, t.podresources.name, t.dcgm.name, t.vgpu.name, t.requests.name}
-        self.heads: dict[tuple[str, int], int] = {}  # (topic, partition) -> latest event time read
-        self.paused: set[tuple[str, int]] = set()
+        self.pacer = Pacer(int(settings.read_ahead_s * 1000))
         self.owned: set[int] = set()
         self.dirty: set[int] = set()
         self.closing = False
@@ -166,9 +166,9 @@ class Worker:
             tp.offset = unit.next_offsets.get(f"{tp.topic}:{tp.partition}", OFFSET_BEGINNING)
         consumer.assign(partitions)
         consumer.resume(partitions)  # librdkafka keeps a partition's pause across assignments: start even
-        self.paused = {k for k in self.paused if k[0] not in self.unit_topics}
+        self.pacer.forget(lambda k: k[0] not in self.unit_topics)  # read again from the units' offsets
         for tp in partitions:
-            self.heads[(tp.topic, tp.partition)] = self.engine.units[tp.partition].wm.get(tp.topic, NEG_INF)
+            self.pacer.took((tp.topic, tp.partition), self.engine.units[tp.partition].wm.get(tp.topic, NEG_INF))
         if rebuild:
             self.progress("worker: a moved unit needs watch history this worker forgot; reading the broadcast again")
             self._start_broadcast(None)
@@ -189,10 +189,7 @@ class Worker:
                 tps.append(TopicPartition(name, p, self.engine.bcast.next_offsets.get(f"{name}:{p}", OFFSET_BEGINNING)))
         self.bc.assign(tps)
         self.bc.resume(tps)
-        self.paused = {k for k in self.paused if k[0] not in self.bcast_topics or k[0] in self.unit_topics}
-        for k in list(self.heads):
-            if k[0] in self.bcast_topics and k[0] not in self.unit_topics:
-                del self.heads[k]
+        self.pacer.forget(lambda k: k[0] not in self.bcast_topics or k[0] in self.unit_topics)
 
     # -- the commit protocol ---------------------------------------------------------------
     def _produce_facts(self) -> None:
@@ -217,6 +214,7 @@ class Worker:
             if n in self.engine.units:
                 self.changelog.write_unit(n, self.engine.unit_state(n))  # 2. state + its offsets
         self.changelog.write_broadcast(self.engine.broadcast_state())
+        self.metrics.snapshots(self.changelog.last_bytes)
         for part in self.engine.progress():
             if part["part"] != "broadcast" and int(part["part"].split("-")[1]) not in numbers:
                 continue
@@ -233,32 +231,24 @@ class Worker:
         self.last_commit = time.monotonic()
 
     # -- pacing ---------------------------------------------------------------------------
-    def _pace(self) -> None:
+    def _pace(self) -> int:
         nxt = self._next_offsets()
-        floor = None
-        live = []
-        for (topic, p), consumer in self._paced_partitions():
-            key = f"{topic}:{p}"
-            if nxt.get(key, self.extents.get(key, (0, 0))[0]) >= self._end(key):
-                if (topic, p) in self.paused:
-                    self._resume(consumer, topic, p)
-                continue
-            head = self.heads.get((topic, p), NEG_INF)
-            live.append(((topic, p), consumer, head))
-            floor = head if floor is None else min(floor, head)
-        if floor is None:
-            return
-        window = int(self.s.read_ahead_s * 1000)
-        for tp, consumer, head in live:
-            if head > floor + window and tp not in self.paused:
-                consumer.pause([TopicPartition(*tp)])
-                self.paused.add(tp)
-            elif head <= floor + window and tp in self.paused:
-                self._resume(consumer, *tp)
+        live, done, consumers = [], [], {}
+        for key, consumer in self._paced_partitions():
+            consumers[key] = consumer
+            k = f"{key[0]}:{key[1]}"
+            (done if nxt.get(k, self.extents.get(k, (0, 0))[0]) >= self._end(k) else live).append(key)
+        counted: dict[str, int] = {}
 
-    def _resume(self, consumer: Consumer, topic: str, p: int) -> None:
-        consumer.resume([TopicPartition(topic, p)])
-        self.paused.discard((topic, p))
+        def take(msg) -> None:
+            handle = self._unit_record if msg.topic() in self.unit_topics else self._broadcast_record
+            if handle(msg, paced=False):
+                counted[msg.topic()] = counted.get(msg.topic(), 0) + 1
+
+        taken = self.pacer.pace(live, done, take, lambda key: consumers[key].pause([TopicPartition(*key)]),
+                                lambda key: consumers[key].resume([TopicPartition(*key)]))
+        self.metrics.consumed_counts(counted)
+        return taken
 
     def _paced_partitions(self):
         for n in self.owned:
@@ -313,7 +303,7 @@ class Worker:
                     del msgs  # the records' values are not held while facts are made
                 self.stats["records"] += got
                 self._produce_facts()
-                self._pace()
+                got += self._pace()  # parked records taken now: their facts are made on the next pass
                 now = time.monotonic()
                 if now - last_extents >= 5.0 and not self.job.until_caught_up and self.job.stop_offsets is None:
                     self._refresh_extents()
@@ -343,29 +333,30 @@ class Worker:
                 except KafkaException as exc:  # leaving after the last commit: nothing left to lose
                     log.warning("worker: closing a consumer: %s", exc)
 
-    def _unit_record(self, msg) -> None:
+    def _unit_record(self, msg, paced: bool = True) -> str | None:
         topic, p = msg.topic(), msg.partition()
         if p not in self.owned:
             return None  # fetched before a rebalance moved the unit away
         stop = self._end(f"{topic}:{p}") if self.job.stop_offsets is not None else None
         if stop is not None and msg.offset() >= stop:
             return None
+        if paced and topic in self.paced and not self.pacer.admit(msg):
+            return None  # parked: taken when the other sources catch up
         if self.engine.handle_unit(topic, p, msg.offset(), msg.value()):
             self.dirty.add(p)
-        ts = msg.timestamp()[1]
-        if ts > self.heads.get((topic, p), NEG_INF):
-            self.heads[(topic, p)] = ts
+        self.pacer.took((topic, p), msg.timestamp()[1])
         return topic
 
-    def _broadcast_record(self, msg) -> None:
+    def _broadcast_record(self, msg, paced: bool = True) -> str | None:
         topic, p = msg.topic(), msg.partition()
         if self.job.stop_offsets is not None and msg.offset() >= self._end(f"{topic}:{p}"):
             return None
-        self.engine.handle_broadcast(topic, p, msg.offset(), msg.value(), dead_letter=topic not in self.unit_topics)
-        if topic not in self.unit_topics:
-            ts = msg.timestamp()[1]
-            if ts > self.heads.get((topic, p), NEG_INF):
-                self.heads[(topic, p)] = ts
+        own = topic not in self.unit_topics  # unit topics: read in full for the broadcast's directory only
+        if paced and own and topic in self.paced and not self.pacer.admit(msg):
+            return None
+        self.engine.handle_broadcast(topic, p, msg.offset(), msg.value(), dead_letter=own)
+        if own:
+            self.pacer.took((topic, p), msg.timestamp()[1])
             return topic
         return None
 
@@ -377,7 +368,8 @@ class Worker:
         eta = f", ETA {left / rate:,.0f} s" if rate > 0 and (self.job.until_caught_up or self.job.stop_offsets) else ""
         self.progress(f"worker: {self.stats['records']} records ({rate:,.0f}/s), {self.stats['facts']} facts, "
                       f"{self.engine.pending_samples()} samples waiting, units {sorted(self.owned)}, "
-                      f"{left} records to go{eta}, {len(self.paused)} partitions paused ahead")
+                      f"{left} records to go{eta}, {len(self.pacer.paused)} partitions paused ahead ({self.pacer.parked_records()} records parked), largest snapshot "
+                      f"{max(self.changelog.last_bytes.values(), default=0) >> 10:,} KiB")
 
 
 def run_worker(settings: Settings, job: WorkerJob, progress: Callable[[str], None], wall_ms: Callable[[], int],
