@@ -69,18 +69,21 @@ class Pacer:
                 self.paused.discard(key)
                 resume(key)
         live = list(live)
-        nexts = {key: self._next_ms(key) for key in live}
-        if not nexts:
+        if not live:
             return 0
-        self.limit_ms = min(nexts.values()) + self.window_ms
-        taken = 0
+        taken, moved = 0, True
+        while moved:  # taking records moves the floor: until nothing parked is within reach
+            self.limit_ms = min(self._next_ms(key) for key in live) + self.window_ms
+            moved = False
+            for key in live:
+                queue = self.parked.get(key)
+                while queue and queue[0].timestamp()[1] <= self.limit_ms:
+                    take(queue.popleft())
+                    taken += 1
+                    moved = True
+                if queue is not None and not queue:
+                    del self.parked[key]
         for key in live:
-            queue = self.parked.get(key)
-            while queue and queue[0].timestamp()[1] <= self.limit_ms:
-                take(queue.popleft())
-                taken += 1
-            if queue is not None and not queue:
-                del self.parked[key]
             ahead = key in self.parked or self.heads.get(key, NEG_INF_MS) > self.limit_ms
             if ahead and key not in self.paused:
                 self.paused.add(key)

@@ -129,10 +129,12 @@ class Worker:
 
     def _next_offsets(self) -> dict[str, int]:
         out = dict(self.engine.bcast.next_offsets)
-        for n in self.owned:
+        for n in self.owned:  # a unit's own position, never the broadcast's read of the same partition
             u = self.engine.units.get(n)
-            if u is not None:
-                out.update(u.next_offsets)
+            for topic in self.unit_topics:
+                k = f"{topic}:{n}"
+                out[k] = u.next_offsets[k] if u is not None and k in u.next_offsets else \
+                    self.extents.get(k, (0, 0))[0]
         return out
 
     def _end(self, key: str) -> int:
