@@ -177,9 +177,12 @@ def cmd_showback(s: Settings, args) -> int:
     from gpuledger.domain.showback import build_showback, render_csv, render_table
     from gpuledger.sinks.query import open_reader
     from gpuledger.sinks.showback_sql import read_showback_rows
+    from gpuledger.domain.suspense import check_bill_confidence
 
     from_ms, to_ms = _window(args)
-    doc = build_showback(read_showback_rows(open_reader(s.home, s.effective_dsn()), from_ms, to_ms), args.tenant)
+    bill = check_bill_confidence(s.close_bill_confidence.split(","))
+    doc = build_showback(read_showback_rows(open_reader(s.home, s.effective_dsn()), from_ms, to_ms, bill),
+                         args.tenant)
     if args.format == "json":
         print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     elif args.format == "csv":
@@ -225,6 +228,7 @@ def _closed(s: Settings, period: str) -> dict:
 
 def cmd_close(s: Settings, args) -> int:
     from gpuledger.domain.ledger import ClosePolicy
+    from gpuledger.domain.suspense import check_bill_confidence
     from gpuledger.ledger.close import ApprovalError, approve_period, prepare_period
     from gpuledger.sinks.ledger_store import ClickHouseLedger
     from gpuledger.sinks.progress import job_checkpoint
@@ -243,7 +247,8 @@ def cmd_close(s: Settings, args) -> int:
             return 2
     else:
         policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio,
-                             s.close_max_unpriced_gpu_hours, s.close_max_outside_inventory_gpu_hours)
+                             s.close_max_unpriced_gpu_hours, s.close_max_outside_inventory_gpu_hours,
+                             check_bill_confidence(s.close_bill_confidence.split(",")))
         try:
             result = prepare_period(store, ClickHouseLedger(store), job_checkpoint(store), period, policy,
                                     args.by or _login_name(), _wall_ms(), progress)
@@ -391,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("dir")
     ing.set_defaults(func=cmd_ingest)
     ld = sub.add_parser("load", help="publish one reference document (rate cards, quotas, credits, inventory)")
-    ld.add_argument("kind", choices=["ratecards", "quotas", "credits", "inventory", "endpoints"])
+    ld.add_argument("kind", choices=["ratecards", "quotas", "credits", "inventory", "endpoints", "suspense"])
     ld.add_argument("file")
     ld.add_argument("--cluster", required=True, help="the cluster_id the document applies to")
     ld.set_defaults(func=cmd_load)
@@ -450,10 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--out", help="where to write the capture (default HOME/demo-capture)")
     dm.add_argument("--hours", type=int, default=24)
     dm.set_defaults(func=cmd_demo)
-    from gpuledger.cli import ops, produce
+    from gpuledger.cli import ops, produce, suspense
 
     produce.add_parsers(sub)
     ops.add_parsers(sub)
+    suspense.add_parsers(sub)
     cf = sub.add_parser("config", help="print the effective settings (validates them)")
     cf.add_argument("action", choices=["validate"])
     cf.set_defaults(func=cmd_config)

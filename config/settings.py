@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     close_max_outside_inventory_gpu_hours: float = Field(
         0.0, ge=0, description="Close refuses when more GPU-hours than this of evidence fall on GPUs outside the "
         "approved inventory (publish the inventory instead).")
+    close_bill_confidence: str = Field(
+        "high,medium", pattern=r"^(high|medium|modeled)(,(high|medium|modeled))*$",
+        description="Confidence classes of allocated hours that bill tenants (comma-separated); the others are "
+        "suspense, under review until `gpuledger suspense assign` settles them.")
     close_require_distinct_approver: bool = Field(
         True, description="`close --approve` refuses an approver with the preparer's name (four eyes).")
     failpoint_store_outage: tuple[float, float] | None = Field(

@@ -17,7 +17,8 @@ from decimal import Decimal
 
 import orjson
 
-from gpuledger.domain.pricing import CENTRAL_BUCKETS, Line, Priced
+from gpuledger.domain.pricing import Line, Priced
+from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.domain.rows import money_reconciliation
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
@@ -36,6 +37,14 @@ class ClosePolicy:
     max_difference_ratio: float  # |physical - accounted| (evidence gaps, over-allocation), of physical
     max_unpriced_gpu_hours: float  # allocated hours of classes no rate card prices
     max_outside_inventory_gpu_hours: float = 0.0  # evidence on GPUs the inventory does not approve then
+    bill_confidence: tuple[str, ...] = BILL_CONFIDENCE  # the rest is suspense (domain/suspense.py)
+
+
+def billing_policy(doc: dict) -> tuple[str, ...] | None:
+    """The confidence classes a closed document billed; None (all) for one closed before
+    suspense existed, so pricing it again books no correction for the policy alone."""
+    policy = doc.get("billing_policy")
+    return None if policy is None else tuple(policy["bill_confidence"])
 
 
 def _hours(micro: int) -> str:
@@ -73,9 +82,13 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
     every = lines + booked_corrections
     tenants: dict[str, dict[str, Decimal]] = {}
     for ln in every:
-        if ln.payer == "tenant":
+        if ln.payer in ("tenant", "suspense") and ln.tenant_id:
             t = tenants.setdefault(ln.tenant_id, {"charges": Decimal(0), "credits": Decimal(0),
-                                                  "corrections": Decimal(0), "total": Decimal(0)})
+                                                  "corrections": Decimal(0), "total": Decimal(0),
+                                                  "under_review": Decimal(0)})
+            if ln.payer == "suspense":  # shown to the tenant, paid by no one yet
+                t["under_review"] += ln.amount
+                continue
             bucket = "corrections" if ln.charge_class == "Correction" else (
                 "credits" if ln.component == "credit" else "charges")
             t[bucket] += ln.amount
@@ -104,6 +117,7 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "ratecard_version": context["ratecard_versions"][0] if context["ratecard_versions"] else None,
         "ratecard_versions": context["ratecard_versions"],
         "currency": context["currency"],
+        "billing_policy": {"bill_confidence": list(context.get("bill_confidence") or ("high", "medium", "modeled"))},
         "lines": [line_doc(ln) for ln in every],
         "tenants": [{"tenant_id": tid, **{k: _money(v) for k, v in t.items()}, **measured.get(tid, {})}
                     for tid, t in sorted(tenants.items())],
@@ -112,7 +126,8 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "confidence_gpu_hours": {k: f"{v:.6f}" for k, v in confidence.items()},
         "reconciliation": {
             "physical_gpu_hours": _hours(micro["physical"]),
-            "allocated_gpu_hours": _hours(micro["tenant"] + micro["unattributed"]),
+            "allocated_gpu_hours": _hours(micro["tenant"] + micro.get("suspense", 0) + micro["unattributed"]),
+            "suspense_gpu_hours": _hours(micro.get("suspense", 0)),
             "unallocated_gpu_hours": _hours(micro["unallocated"] + micro["fragmentation"]),
             "unavailable_gpu_hours": _hours(micro["unavailable"]),
             "difference_gpu_hours": _hours(micro["unreconciled"]),
@@ -195,7 +210,7 @@ def refusals(doc: dict, priced: Priced, policy: ClosePolicy, to_ms: int) -> list
         classes = ", ".join(sorted(priced.unpriced_gpu_hours))
         out.append(f"{unpriced:.6f} allocated GPU-hours of {classes} have no rate: add the class to the rate card")
     if Decimal(r["difference_money"]) != 0:
-        out.append(f"recoverable cost {r['recoverable_cost']} differs from tenant + central + subsidies - credits "
+        out.append(f"recoverable cost {r['recoverable_cost']} differs from tenant + central + subsidies + suspense - credits "
                    f"by {r['difference_money']}")
     return out
 

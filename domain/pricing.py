@@ -119,17 +119,23 @@ def _qty(micro: int) -> Decimal:
 
 def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tuple], quotas: list[Quota],
           hourly_tokens: list[tuple], endpoints: list[tuple[str, str, dict[str, Fraction]]],
-          endpoint_intervals: list[tuple], credits: list[Credit], credit_window: tuple[int, int]) -> Priced:
-    """held: (tenant, class, sku, from_ms, to_ms, GPU-equivalents); endpoints: (id, owner,
-    weighted units by tenant); credits apply when their period starts inside ``credit_window``."""
-    out = Priced(micro_gpu_hours=dict.fromkeys(("physical", "tenant", *CENTRAL_BUCKETS, "unreconciled"), 0))
+          endpoint_intervals: list[tuple], credits: list[Credit], credit_window: tuple[int, int],
+          bill_confidence: tuple[str, ...] | None = None) -> Priced:
+    """held: (tenant, class, sku, from_ms, to_ms, GPU-equivalents[, confidence]); endpoints: (id,
+    owner, weighted units by tenant); credits apply when their period starts inside
+    ``credit_window``. Held hours of a confidence outside ``bill_confidence`` (None: bill all)
+    are suspense (domain/suspense.py): out of the quota sweep, priced at the list rate."""
+    out = Priced(micro_gpu_hours=dict.fromkeys(("physical", "tenant", "suspense", *CENTRAL_BUCKETS, "unreconciled"),
+                                               0))
+    billed = [h[:6] for h in held if bill_confidence is None or len(h) < 7 or h[6] in bill_confidence]
+    review = [h[:6] for h in held if bill_confidence is not None and len(h) >= 7 and h[6] not in bill_confidence]
     versions = []
     for card, cap in windows:
-        hours = split_skus_by_quota(held, quotas, cap.from_ms, cap.to_ms)
+        hours = split_skus_by_quota(billed, quotas, cap.from_ms, cap.to_ms)
         for (tenant, gpu_class, _), (g, b) in hours.items():
             tg, tb = out.tenant_hours.get((tenant, gpu_class), (0.0, 0.0))
             out.tenant_hours[(tenant, gpu_class)] = (tg + g, tb + b)
-        allocated = _capacity_lines(card, cap, hours, out)
+        allocated = _capacity_lines(card, cap, hours, out, _review_hours(review, cap.from_ms, cap.to_ms))
         _entitlement(card, cap, hours, quotas, out)
         if card is None:
             continue
@@ -160,17 +166,32 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
     return out
 
 
-def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out: Priced) -> dict[str, int]:
+def _review_hours(review: list[tuple], from_ms: int, to_ms: int) -> dict[tuple[str, str, str], float]:
+    """Under-review GPU-hours per (tenant, class, SKU) in the window."""
+    out: dict[tuple[str, str, str], float] = {}
+    for tenant, gpu_class, sku, a, b, fraction in review:
+        ms = min(b, to_ms) - max(a, from_ms)
+        if ms > 0:
+            out[(tenant, gpu_class, sku)] = out.get((tenant, gpu_class, sku), 0.0) + float(fraction) * ms / 3_600_000
+    return out
+
+
+def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out: Priced,
+                    review: dict[tuple[str, str, str], float]) -> dict[str, int]:
     """Partition each priced class in micro-GPU-hours and price the parts; returns each
-    tenant's allocated micro-GPU-hours (what overhead is split by)."""
+    tenant's billed allocated micro-GPU-hours (what overhead is split by)."""
     allocated: dict[str, int] = {}
-    for gpu_class in sorted({c for _, c, _ in hours} | set(cap.physical_ms) | {c for c, _ in cap.buckets}):
+    for gpu_class in sorted({c for _, c, _ in hours} | {c for _, c, _ in review} | set(cap.physical_ms)
+                            | {c for c, _ in cap.buckets}):
         rates = card.gpu_hour.get(gpu_class) if card else None
         mine = {k: v for k, v in hours.items() if k[1] == gpu_class}
         weights: dict[tuple, Fraction] = {}
         for (tenant, _, sku), (g, b) in mine.items():
             weights[("guaranteed", tenant, sku)] = Fraction(g)
             weights[("borrowed", tenant, sku)] = Fraction(b)
+        for (tenant, c, sku), h in review.items():
+            if c == gpu_class:
+                weights[("suspense", tenant, sku)] = Fraction(h)
         for bucket in CENTRAL_BUCKETS:
             weights[(bucket,)] = Fraction(max(0.0, cap.buckets.get((gpu_class, bucket), 0.0)))
         accounted = round(_micro(sum(weights.values(), Fraction(0))))
@@ -179,11 +200,11 @@ def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out
         parts[("unreconciled",)] = physical - accounted
         out.micro_gpu_hours["physical"] += physical
         for key, micro in parts.items():
-            out.micro_gpu_hours["tenant" if len(key) == 3 else key[0]] += micro
-            if len(key) == 3:
+            out.micro_gpu_hours["tenant" if len(key) == 3 and key[0] != "suspense" else key[0]] += micro
+            if len(key) == 3 and key[0] != "suspense":
                 allocated[key[1]] = allocated.get(key[1], 0) + micro
         if rates is None:
-            held_h = sum(g + b for g, b in mine.values())
+            held_h = sum(g + b for g, b in mine.values()) + sum(h for k, h in review.items() if k[1] == gpu_class)
             if held_h:
                 out.unpriced_gpu_hours[gpu_class] = out.unpriced_gpu_hours.get(gpu_class, 0.0) + held_h
             continue
@@ -194,7 +215,11 @@ def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out
             if micro == 0:
                 continue
             q = _qty(micro)
-            if len(key) == 3:
+            if key[0] == "suspense":
+                _, tenant, sku = key
+                out.lines.append(Line("suspense", tenant, "suspense", sku, "gpu_hour", q, list_rate, q * list_rate,
+                                      q * list_rate, *span, f"{sku} GPU-hours under review (evidence too weak to bill)"))
+            elif len(key) == 3:
                 kind, tenant, sku = key
                 rate = rates.get(kind, Decimal(0))
                 out.lines.append(Line("tenant", tenant, kind, sku, "gpu_hour", q, rate, q * rate, q * list_rate, *span,

@@ -16,14 +16,15 @@ from gpuledger.domain.endpoints import (MICRO, declared_endpoints, endpoint_weig
                                         parse_endpoints, weighted_units)
 from gpuledger.domain.pricing import Priced, WindowCapacity, parse_credits, price, rounded
 from gpuledger.domain.quota import parse_quotas
+from gpuledger.domain.suspense import BILL_CONFIDENCE, parse_assignments, settle
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
 __all__ = ["COST_PARTS", "first_valid", "money_reconciliation", "price_rows"]
 
 log = logging.getLogger(__name__)
 
-COST_PARTS = ("guaranteed", "borrowed", "variable", "service_share", "overhead", "credits", "endpoint_recovered",
-              "total")
+COST_PARTS = ("guaranteed", "borrowed", "variable", "service_share", "overhead", "suspense_assigned", "credits",
+              "endpoint_recovered", "total", "under_review")  # under review: shown, not in the total
 
 
 def price_rows(rows: dict) -> Priced:
@@ -42,9 +43,11 @@ def price_rows(rows: dict) -> Priced:
     windows = [(by_id.get(w["version"]), WindowCapacity(
         w["from_ms"], w["to_ms"], {c: int(ms) for c, ms in w["physical"]},
         {(c, bucket): h for c, bucket, h in w["buckets"]})) for w in rows.get("windows", ())]
-    return price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
-                 [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
-                 intervals, credits, (rows["from_ms"], rows["to_ms"]))
+    priced = price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
+                   [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
+                   intervals, credits, (rows["from_ms"], rows["to_ms"]), rows.get("bill_confidence", BILL_CONFIDENCE))
+    priced.lines = settle(priced.lines, first_valid(rows.get("suspense", ()), parse_assignments, "suspense decisions"))
+    return priced
 
 
 def first_valid(documents: Sequence[str], parse: Callable[[object], list], what: str) -> list:
@@ -61,20 +64,23 @@ def first_valid(documents: Sequence[str], parse: Callable[[object], list], what:
 
 def money_reconciliation(priced: Priced, lines: list | None = None) -> dict[str, Decimal]:
     """recoverable cost (from physical capacity) = tenant charges + central charges +
-    subsidies - credits, in the cents of the rounded lines; ``difference`` shows any gap."""
-    tenant = central = subsidies = credits = Decimal(0)
+    subsidies + suspense - credits, in the cents of the rounded lines; ``difference`` shows any gap."""
+    tenant = central = subsidies = suspense = credits = Decimal(0)
     for line in rounded(priced.lines) if lines is None else lines:
         if line.component == "credit":
             credits -= line.amount
         elif line.component == "subsidy":
             subsidies += line.amount
+        elif line.payer == "suspense":
+            suspense += line.amount
         elif line.payer == "tenant":
             tenant += line.amount
         else:
             central += line.amount
     expected = round_cents(priced.recoverable)
-    return {"tenant_charges": tenant, "central_charges": central, "subsidies": subsidies, "credits": credits,
-            "recoverable_cost": expected, "difference": expected - (tenant + central + subsidies - credits)}
+    return {"tenant_charges": tenant, "central_charges": central, "subsidies": subsidies, "suspense": suspense,
+            "credits": credits, "recoverable_cost": expected,
+            "difference": expected - (tenant + central + subsidies + suspense - credits)}
 
 
 def _endpoints(rows: dict, capacity: list[tuple]) -> tuple[str | None, list[dict], dict[str, dict[str, Fraction]]]:

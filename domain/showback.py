@@ -195,6 +195,10 @@ def _costs(rows: dict, priced: Priced, endpoints: list[dict], entry) -> tuple[st
     costs: dict[str, dict[str, Decimal]] = {}
     shown = rounded(priced.lines)
     for line in shown:
+        if line.payer == "suspense" and line.tenant_id:
+            c = costs.setdefault(line.tenant_id, dict.fromkeys(COST_PARTS, Decimal(0)))
+            c["under_review"] += line.amount
+            continue
         if line.payer != "tenant":
             continue
         c = costs.setdefault(line.tenant_id, dict.fromkeys(COST_PARTS, Decimal(0)))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuledger.domain.approval import ApprovalError, approve, prepare, stale_against
-from gpuledger.domain.ledger import ClosePolicy, build_ledger, corrections, line_from_doc, refusals
+from gpuledger.domain.ledger import ClosePolicy, billing_policy, build_ledger, corrections, line_from_doc, refusals
+from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.domain.pricing import Line, Priced, rounded
 from gpuledger.domain.rows import price_rows
 from gpuledger.domain.showback import build_showback
@@ -40,9 +41,9 @@ def period_window(period: str) -> tuple[int, int]:
     return month_bounds_ms(parse_rfc3339_ms(f"{period}-01T00:00:00Z"))
 
 
-def _priced(reader: QueryPort, period: str) -> tuple[dict, dict, Priced, list[Line]]:
+def _priced(reader: QueryPort, period: str, bill: tuple[str, ...] | None) -> tuple[dict, dict, Priced, list[Line]]:
     from_ms, to_ms = period_window(period)
-    rows = read_showback_rows(reader, from_ms, to_ms)
+    rows = read_showback_rows(reader, from_ms, to_ms, bill)
     priced = price_rows(rows)
     return rows, build_showback(rows, priced=priced), priced, rounded(priced.lines)
 
@@ -59,11 +60,12 @@ def booked_for(closed: list[dict], period: str) -> list[Line]:
 
 def pending_corrections(reader: QueryPort, closed: list[dict], before: str | None = None) -> list[Line]:
     """Correction lines for every closed period (earlier than ``before``), against the facts
-    now; ``closed``: the ledger's documents."""
+    now, each under the billing policy it was closed with; ``closed``: the ledger's documents."""
     out = []
     for doc in closed:
         if before is None or doc["period"] < before:
-            out += corrections(doc["period"], booked_for(closed, doc["period"]), _priced(reader, doc["period"])[3])
+            now = _priced(reader, doc["period"], billing_policy(doc))[3]
+            out += corrections(doc["period"], booked_for(closed, doc["period"]), now)
     return out
 
 
@@ -80,12 +82,13 @@ def _sources(checkpoint: Checkpoint | None) -> tuple[list[dict], int]:
 
 
 def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint | None, period: str,
-                   progress=lambda _: None) -> tuple[dict, Priced]:
+                   progress=lambda _: None, bill: tuple[str, ...] | None = BILL_CONFIDENCE) -> tuple[dict, Priced]:
     """The period's ledger document (without its hash) from the facts ``reader`` sees, with
-    the corrections it books for the closed periods before it."""
+    the corrections it books for the closed periods before it; ``bill``: the confidence
+    classes that bill tenants."""
     from_ms, to_ms = period_window(period)
     progress(f"ledger {period}: pricing the period")
-    rows, showback, priced, lines = _priced(reader, period)
+    rows, showback, priced, lines = _priced(reader, period, bill)
     earlier = [d for d in closed if d["period"] < period]
     progress(f"ledger {period}: {len(lines)} lines; looking for corrections to {len(earlier)} closed period(s)")
     booked = pending_corrections(reader, earlier)
@@ -93,7 +96,7 @@ def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint
     versions = sorted({ln.ratecard_version for ln in lines if ln.ratecard_version})
     doc = build_ledger(period, from_ms, to_ms, showback, priced, lines, booked, {
         "currency": showback["currency"], "ratecard_versions": versions, "hierarchy": rows.get("hierarchy", ()),
-        "sources": sources, "dead_lettered": dead, "evidence_to_ms": rows["as_of_ms"]})
+        "sources": sources, "dead_lettered": dead, "evidence_to_ms": rows["as_of_ms"], "bill_confidence": bill})
     return doc, priced
 
 
@@ -104,7 +107,7 @@ def prepare_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint
     if existing is not None:
         return CloseResult(existing, True, [])
     closed = ledger.closed()
-    doc, priced = build_document(reader, closed, checkpoint, period, progress)
+    doc, priced = build_document(reader, closed, checkpoint, period, progress, policy.bill_confidence)
     reasons = refusals(doc, priced, policy, period_window(period)[1])
     if reasons:
         return CloseResult(doc, False, reasons)

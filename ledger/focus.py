@@ -4,7 +4,9 @@ Every mandatory FOCUS column, the recommended ChargeFrequency, InvoiceId and
 ServiceSubcategory, plus ConsumedQuantity, ConsumedUnit, SkuId, Tags and two custom ``x_``
 columns (the ledger hash and the period a correction corrects). Regular lines have a null
 ChargeClass; corrections have ``Correction``. Central lines (capacity nobody was charged for,
-subsidies, undistributed overhead) bill the central account. The closed period is the
+subsidies, undistributed overhead) bill the central account; suspense lines (hours under
+review: domain/suspense.py) bill the central account's suspense account until a decision
+moves them, as ``suspense_assigned`` usage of the tenant or central that pays. The closed period is the
 invoice: InvoiceId names the period, the billing account and the ledger hash. Checked by the
 FinOps Foundation's ``focus-validator`` (tests/integration/test_ledger_month.py).
 """
@@ -35,6 +37,8 @@ _SERVICES = {  # component -> (ServiceCategory, ServiceName, ServiceSubcategory)
     "overhead": ("Other", "Platform overhead", "Other (Other)"),
     "credit": ("Other", "Credit", "Other (Other)"),
     "subsidy": ("Compute", "Borrowed-capacity subsidy", "Containers"),
+    "suspense": ("Compute", "GPU capacity (under review)", "Containers"),
+    "suspense_assigned": ("Compute", "GPU capacity (assigned after review)", "Containers"),
 }
 _FREQUENCY = {"credit": "One-Time", "overhead": "Recurring"}  # the rest is billed as used
 
@@ -44,6 +48,9 @@ def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
     out = []
     for ln in doc["lines"]:
         tenant = ln["tenant_id"] if ln["payer"] == "tenant" else None
+        account = tenant or (f"{central_account}-suspense" if ln["payer"] == "suspense" else central_account)
+        account_name = (f"tenant {tenant}" if tenant else "suspense: under review, billed to no tenant yet"
+                        if ln["payer"] == "suspense" else "central platform budget")
         category = "Credit" if ln["component"] == "credit" else "Usage"
         service = _SERVICES.get(ln["component"], ("Compute", f"GPU capacity ({ln['component'].replace('_', ' ')})",
                                                   "Containers"))
@@ -55,8 +62,8 @@ def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
             tags["gpuledger/projects"] = ",".join(projects.get(ln["tenant_id"], []))
         out.append({
             "BilledCost": ln["amount"],
-            "BillingAccountId": tenant or central_account,
-            "BillingAccountName": f"tenant {tenant}" if tenant else "central platform budget",
+            "BillingAccountId": account,
+            "BillingAccountName": account_name,
             "BillingCurrency": doc["currency"],
             "BillingPeriodStart": doc["period_start"], "BillingPeriodEnd": doc["period_end"],
             "ChargeCategory": category,
@@ -65,7 +72,7 @@ def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
             "ChargeFrequency": _FREQUENCY.get(ln["component"], "Usage-Based"),
             "ChargePeriodStart": ln["charge_period_start"], "ChargePeriodEnd": ln["charge_period_end"],
             "ContractedCost": ln["amount"], "EffectiveCost": ln["amount"],
-            "InvoiceId": f"{doc['period']}/{tenant or central_account}/{doc['hash'].removeprefix('sha256:')[:16]}",
+            "InvoiceId": f"{doc['period']}/{account}/{doc['hash'].removeprefix('sha256:')[:16]}",
             "InvoiceIssuerName": provider, "ListCost": ln["list_amount"],
             "PricingQuantity": ln["quantity"], "PricingUnit": _UNITS.get(ln["unit"], ln["unit"]),
             "ProviderName": provider, "PublisherName": provider,

@@ -55,8 +55,10 @@ def _approval(doc: dict) -> str:
 
 def render_statement(doc: dict, tenant_id: str) -> str:
     mine = [ln for ln in doc["lines"] if ln["payer"] == "tenant" and ln["tenant_id"] == tenant_id]
+    review = [ln for ln in doc["lines"] if ln["payer"] == "suspense" and ln["tenant_id"] == tenant_id
+              and ln["charge_class"] == "Regular"]
     summary = next((t for t in doc["tenants"] if t["tenant_id"] == tenant_id), None)
-    if not mine or summary is None:
+    if not (mine or review) or summary is None:
         raise StatementError(f"the {doc['period']} ledger has no lines for tenant {tenant_id!r}")
     currency = doc["currency"]
     regular = [ln for ln in mine if ln["charge_class"] == "Regular"]
@@ -73,6 +75,14 @@ def render_statement(doc: dict, tenant_id: str) -> str:
                 f"closed. The closed ledger is never edited; the difference is booked here.</p><table>"
                 f"<tr><th>component</th><th>SKU</th><th>basis</th><th class='num'>amount</th></tr>"
                 f"{_rows(corrections, currency)}</table>")
+    under = ""
+    if review:
+        under = (f"<h2>Under review (not charged)</h2><p>GPU-hours whose evidence is too weak to bill under the "
+                 f"billing policy (billed: {escape(', '.join(doc.get('billing_policy', {}).get('bill_confidence', [])))})."
+                 f" They are valued at the list rate and paid by no one until the platform team settles them; a "
+                 f"settlement appears as its own line, or as a correction in a later statement.</p><table>"
+                 f"<tr><th>component</th><th>SKU</th><th>basis</th><th class='num'>list value</th></tr>"
+                 f"{_rows(review, currency)}</table>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Statement {escape(tenant_id)} {escape(doc['period'])}</title>
 <style>{_CSS}</style></head><body>
@@ -85,6 +95,7 @@ status {escape(doc['status'])}{_approval(doc)}, rate card {escape(str(doc['ratec
 {_rows(regular, currency)}
 </table>
 {corr}
+{under}
 <table><tr class="total"><td colspan="3">Total for {escape(doc['period'])}</td>
 <td class="num" id="total">{escape(summary['total'])} {escape(currency)}</td></tr></table>
 <h2>Why idle reserved capacity still costs</h2>

@@ -30,6 +30,7 @@ from gpuledger.domain.endpoints import parse_endpoints
 from gpuledger.domain.inventory import parse_inventory
 from gpuledger.domain.pricing import parse_credits
 from gpuledger.domain.quota import parse_quotas
+from gpuledger.domain.suspense import parse_assignments
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.producers.base import Publisher
 from gpuledger.producers.capture_lines import DcgmLine, Line, PodResourcesLine, RequestLine, VgpuLine, WatchLine
@@ -42,7 +43,7 @@ CAPTURE_FORMAT = "gpuledger-capture/1"
 _RAW_LIMIT = 64 * 1024
 
 
-REFERENCE_KINDS = ("inventory", "quotas", "ratecards", "credits", "endpoints")
+REFERENCE_KINDS = ("inventory", "quotas", "ratecards", "credits", "endpoints", "suspense")
 
 
 def reference_time(kind: str, raw: bytes) -> int:
@@ -58,6 +59,8 @@ def reference_time(kind: str, raw: bytes) -> int:
             return min((q.valid_from_ms for q in parse_quotas(doc)), default=0)
         if kind == "endpoints":
             return min((e.valid_from_ms for e in parse_endpoints(doc)), default=0)
+        if kind == "suspense":  # the newest decision: the list only grows
+            return max((a.at_ms for a in parse_assignments(doc)), default=0)
         # a credit belongs to a period: YYYY-MM
         return min((parse_rfc3339_ms(f"{c.period}-01T00:00:00Z") for c in parse_credits(doc)), default=0)
     except orjson.JSONDecodeError as exc:

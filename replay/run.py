@@ -26,7 +26,8 @@ import orjson
 from confluent_kafka.admin import AdminClient
 
 from gpuledger.config import Settings
-from gpuledger.domain.ledger import content_hash
+from gpuledger.domain.ledger import billing_policy, content_hash
+from gpuledger.domain.suspense import check_bill_confidence
 from gpuledger.ledger.close import build_document
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.ledger_store import ClickHouseLedger
@@ -120,7 +121,10 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
         stops.unlink(missing_ok=True)
     cp = job_checkpoint(shadow)
     progress(f"replay {period}: read into {into} in {monotonic() - started:.1f}s; building the ledger document")
-    doc, _ = build_document(shadow, closed_docs, cp, period, progress)
+    # a closed period is priced again under the billing policy it was closed with
+    bill = (billing_policy(closed) if closed is not None
+            else check_bill_confidence(settings.close_bill_confidence.split(",")))
+    doc, _ = build_document(shadow, closed_docs, cp, period, progress, bill)
     doc["status"] = "replayed"
     doc["hash"] = content_hash(doc)
     ClickHouseLedger(shadow).append(period, doc["hash"], 0, doc)

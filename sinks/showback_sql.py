@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from gpuledger.domain.cost import card_windows, parse_ratecards
 from gpuledger.domain.rows import first_valid
+from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.sinks.query import QueryPort
 
 __all__ = ["ClusterScopeError", "ShowbackRows", "read_showback_rows"]
+PRICING_KINDS = ("ratecards", "quotas", "credits", "endpoints", "suspense")  # reference kinds that price
 
 CLIPPED_GPU_MS = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
 IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
@@ -148,7 +150,7 @@ def held_intervals_sql(db: str) -> str:
     """Every allocated interval of a tenant with its SKU (class, class/MIG or vGPU profile),
     for the guaranteed/borrowed sweep against quotas."""
     return f"""SELECT tenant_id, gpu_class, if(profile = '', gpu_class, concat(gpu_class, '/', profile)),
-            valid_from_ms, valid_to_ms, capacity_fraction
+            valid_from_ms, valid_to_ms, capacity_fraction, confidence
         FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}"""
 
 
@@ -192,7 +194,7 @@ def class_physical_sql(db: str) -> str:
 
 def reference_sql(db: str, kind: str) -> str:
     """A kind's documents published for the clusters ``%(clusters)s``, newest first."""
-    assert kind in ("ratecards", "quotas", "credits", "endpoints")
+    assert kind in PRICING_KINDS
     return (f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = '{kind}' "
             "AND cluster_id IN %(clusters)s ORDER BY observed_at_ms DESC")
 
@@ -218,7 +220,10 @@ class ShowbackRows(dict):
     """Raw query results keyed by query name, plus the window actually used."""
 
 
-def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackRows:
+def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
+                       bill_confidence: tuple[str, ...] = BILL_CONFIDENCE) -> ShowbackRows:
+    """What the showback and the ledger price; ``bill_confidence``: the confidence classes that
+    bill tenants (the rest is suspense: domain/suspense.py)."""
     db = reader.db
     _, end = reader.query(evidence_end_sql(db))
     evidence_end = end[0][0] if end and end[0][0] is not None else from_ms
@@ -229,7 +234,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
     complete = not short and bool(physical and physical[0][0])
     window_to = to_ms if complete else max(from_ms, min(to_ms, int(evidence_end)))
     p = {"f": from_ms, "t": window_to}
-    rows = ShowbackRows(from_ms=from_ms, to_ms=to_ms, as_of_ms=window_to)
+    rows = ShowbackRows(from_ms=from_ms, to_ms=to_ms, as_of_ms=window_to, bill_confidence=bill_confidence)
     rows["evidence_short"] = short
     rows["outside_inventory"] = reader.query(outside_inventory_sql(db), p)[1]
     rows["tenant_capacity"] = reader.query(tenant_capacity_sql(db), p)[1]
@@ -249,7 +254,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int) -> ShowbackR
                                 f"({', '.join(clusters[:5])}): each is priced by its own rate cards, so keep one "
                                 "cluster per store (GPULEDGER_TOPIC_PREFIX and the ClickHouse database per cluster)")
     rows["clusters"] = clusters
-    for kind in ("ratecards", "quotas", "credits", "endpoints"):
+    for kind in PRICING_KINDS:
         rows[kind] = _documents(reader, kind, clusters)
     cards = first_valid(rows["ratecards"], parse_ratecards, "rate cards")
     rows["windows"] = []

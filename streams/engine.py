@@ -39,6 +39,7 @@ from gpuledger.domain.facts import FactBatch, SourcePos
 from gpuledger.domain.inventory import parse_inventory
 from gpuledger.domain.pricing import parse_credits
 from gpuledger.domain.quota import parse_quotas
+from gpuledger.domain.suspense import parse_assignments
 from gpuledger.schemas import Codec
 from gpuledger.bus.topics import Topics
 
@@ -46,7 +47,7 @@ __all__ = ["BROADCAST", "Engine", "EventTimeError", "REFERENCE_PARSERS", "Refere
 
 DeadLetter = Callable[[str, str, bytes], None]  # (source, reason, raw)
 REFERENCE_PARSERS = {"inventory": parse_inventory, "ratecards": parse_ratecards, "quotas": parse_quotas,
-                     "credits": parse_credits, "endpoints": parse_endpoints}
+                     "credits": parse_credits, "endpoints": parse_endpoints, "suspense": parse_assignments}
 BROADCAST = "broadcast"
 PRUNE_EVERY_MS = 60_000  # event time between two prunes of the broadcast history
 

@@ -1,0 +1,112 @@
+"""Suspense: allocated GPU-hours whose evidence is too weak to bill, and the decisions that
+settle them (pure).
+
+The billing policy names the confidence classes that bill tenants (default ``high`` and
+``medium``). A tenant's hours of any other class (``modeled``: time-slice shares) are priced
+at the list rate like the rest, but as ``suspense`` lines: shown to the tenant as under
+review, paid by no one yet. So the reconciliation reads: recoverable cost = tenant charges +
+central charges + subsidies + suspense - credits.
+
+A decision moves a tenant's under-review hours of a period (one SKU, or all of them) to a
+tenant or to central, with who decided and why; a later decision for the same hours replaces
+it, and ``to = "suspense"`` puts them back under review (release). Decisions are one
+append-only reference document (kind ``suspense``): ``gpuledger suspense assign|release``
+appends one and publishes the whole list, so the history of decisions is the topic's
+history. Settled hours become ``suspense_assigned`` lines at the same list amount, so both
+reconciliation identities still hold exactly; for a closed period they arrive as correction
+lines in the next close (domain/ledger.py ``corrections``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from gpuledger.domain.pricing import Line
+from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
+
+__all__ = ["Assignment", "BILL_CONFIDENCE", "CONFIDENCES", "check_bill_confidence", "in_force", "parse_assignments",
+           "period_of", "settle"]
+
+CONFIDENCES = ("high", "medium", "modeled")  # of a tenant's allocated hours (unattributed has no tenant)
+BILL_CONFIDENCE = ("high", "medium")
+RELEASE = "suspense"
+CENTRAL = "central"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    assignment_id: str
+    period: str  # YYYY-MM
+    tenant_id: str  # whose under-review hours
+    sku_id: str | None  # None: every SKU of the tenant in the period
+    to: str  # a tenant id, "central", or "suspense" (released back to review)
+    reason: str
+    by: str
+    at_ms: int
+
+
+def check_bill_confidence(classes: Iterable[str]) -> tuple[str, ...]:
+    unknown = sorted(set(classes) - set(CONFIDENCES))
+    if unknown:
+        raise ValueError(f"unknown confidence class(es) {', '.join(unknown)}: bill from {', '.join(CONFIDENCES)}")
+    return tuple(c for c in CONFIDENCES if c in set(classes))
+
+
+def period_of(ms: int) -> str:
+    return format_rfc3339(ms)[:7]
+
+
+def parse_assignments(doc: list) -> list[Assignment]:
+    if not isinstance(doc, list):
+        raise ValueError("suspense decisions must be a JSON list")
+    out, seen = [], set()
+    for i, a in enumerate(doc):
+        try:
+            period = str(a["period"])
+            parse_rfc3339_ms(f"{period}-01T00:00:00Z")
+            item = Assignment(str(a["assignment_id"]), period, str(a["tenant_id"]),
+                              None if a.get("sku_id") in (None, "", "*") else str(a["sku_id"]), str(a["to"]),
+                              str(a["reason"]).strip(), str(a["by"]).strip(), parse_rfc3339_ms(str(a["at"])))
+            if not item.assignment_id or not item.tenant_id or not item.to:
+                raise ValueError("assignment_id, tenant_id and to must not be empty")
+            if not item.reason or not item.by:
+                raise ValueError("a decision needs a reason and who made it (by)")
+            if item.assignment_id in seen:
+                raise ValueError(f"assignment_id {item.assignment_id!r} appears twice")
+            seen.add(item.assignment_id)
+            out.append(item)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"suspense[{i}]: {exc}; needs assignment_id, period (YYYY-MM), tenant_id, to (a tenant, "
+                             "central or suspense), reason, by and at (RFC 3339); sku_id optional") from exc
+    return out
+
+
+def in_force(assignments: Iterable[Assignment]) -> dict[tuple[str, str, str | None], Assignment]:
+    """The decision in force per (period, tenant, SKU or None): the latest (by ``at``, then by
+    place in the list); a release leaves the hours under review."""
+    latest: dict[tuple[str, str, str | None], Assignment] = {}
+    for a in sorted(enumerate(assignments), key=lambda ia: (ia[1].at_ms, ia[0])):
+        latest[(a[1].period, a[1].tenant_id, a[1].sku_id)] = a[1]
+    return {k: a for k, a in latest.items() if a.to != RELEASE}
+
+
+def settle(lines: list[Line], assignments: Iterable[Assignment]) -> list[Line]:
+    """Suspense lines a decision in force settles, moved to their payer; the rest unchanged.
+    A decision for one SKU wins over one for every SKU of the tenant."""
+    force = in_force(assignments)
+    if not force:
+        return lines
+    out = []
+    for ln in lines:
+        key = (period_of(ln.from_ms), ln.tenant_id)
+        a = force.get((*key, ln.sku_id)) or force.get((*key, None)) if ln.payer == "suspense" else None
+        if a is None:
+            out.append(ln)
+            continue
+        payer, tenant = ("central", ln.tenant_id) if a.to == CENTRAL else ("tenant", a.to)
+        whose = "" if a.to == ln.tenant_id else f" of {ln.tenant_id}"
+        out.append(replace(ln, payer=payer, tenant_id=tenant, component="suspense_assigned",
+                           description=f"under-review {ln.sku_id} GPU-hours{whose} assigned to {a.to} by {a.by}: "
+                                       f"{a.reason} ({a.assignment_id})"))
+    return out
