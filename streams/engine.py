@@ -128,7 +128,21 @@ class Engine:
                 unit.attributors[cluster] = Attributor.from_state(
                     st, self.stale_ceiling_ms, self.node_grace_ms, self._shared(cluster), number == 0, self.lateness_ms)
         self.units[number] = unit
-        return self.unit_low_ms(unit) - self.margin_ms() >= self.bcast.pruned_before_ms
+        self._behind_broadcast(unit)
+        return self._fits(unit, self.bcast.pruned_before_ms)
+
+    def _fits(self, unit: Unit, pruned_before_ms: int) -> bool:
+        """The broadcast still holds the watch history this unit's records to come may need
+        (a unit that has read nothing reads from the start: it needs all of it)."""
+        return pruned_before_ms <= NEG_INF or self.unit_low_ms(unit) - self.margin_ms() >= pruned_before_ms
+
+    def _behind_broadcast(self, unit: Unit) -> None:
+        """A unit's attributors never take the watch as known beyond what this worker's book
+        has read: a segment is resolved only against a book that has reached its end (a unit
+        restored ahead of the broadcast, or a broadcast read again from the start, waits)."""
+        k8s_wm = self.broadcast_watermark(self.topics.k8s.name)
+        for att in unit.attributors.values():
+            att.k8s_watermark_ms = min(att.k8s_watermark_ms, k8s_wm)
 
     def drop_unit(self, number: int) -> None:
         self.units.pop(number, None)
@@ -140,9 +154,10 @@ class Engine:
                 "attributors": {c: a.to_state() for c, a in sorted(u.attributors.items())}}
 
     def unit_low_ms(self, unit: Unit) -> int:
-        """The earliest time this unit's records still to come may concern (its slowest source)."""
+        """The earliest time this unit's records still to come may concern (its slowest source;
+        the beginning when it has read nothing)."""
         marks = [unit.wm[t] for t in (self.topics.podresources.name, self.topics.dcgm.name) if t in unit.wm]
-        return min(marks) if marks else 2**62
+        return min(marks) if marks else NEG_INF
 
     # -- broadcast -------------------------------------------------------------------
     def _shared(self, cluster: str) -> Attributor:
@@ -172,10 +187,11 @@ class Engine:
         for unit in self.units.values():
             for cluster, att in unit.attributors.items():
                 att.shared = self._shared(cluster)
+            self._behind_broadcast(unit)
 
     def broadcast_fits(self, state: dict) -> bool:
         """Can this broadcast snapshot serve every unit held (it forgot nothing they need)?"""
-        return all(self.unit_low_ms(u) - self.margin_ms() >= state["pruned_before_ms"] for u in self.units.values())
+        return all(self._fits(u, state["pruned_before_ms"]) for u in self.units.values())
 
     # -- records -----------------------------------------------------------------------
     def handle_unit(self, topic: str, partition: int, offset: int, value: bytes | None) -> bool:

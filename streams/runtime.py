@@ -151,7 +151,7 @@ class Worker:
         rebuild = False
         for n in numbers:
             unit = self.engine.units.get(n)
-            keep = unit is not None and n not in self.dirty and all(
+            keep = unit is not None and bool(unit.next_offsets) and n not in self.dirty and all(
                 unit.next_offsets.get(f"{t}:{n}", 0) == max(committed.get(f"{t}:{n}", 0), 0) for t in self.unit_topics
                 if f"{t}:{n}" in unit.next_offsets)
             if not keep:
