@@ -132,11 +132,13 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
     versions = []
     for card, cap in windows:
         hours = split_skus_by_quota(billed, quotas, cap.from_ms, cap.to_ms)
-        for (tenant, gpu_class, _), (g, b) in hours.items():
+        # allocation is measured on every held hour; only billing leaves the suspense out
+        measured = split_skus_by_quota([h[:6] for h in held], quotas, cap.from_ms, cap.to_ms) if review else hours
+        for (tenant, gpu_class, _), (g, b) in measured.items():
             tg, tb = out.tenant_hours.get((tenant, gpu_class), (0.0, 0.0))
             out.tenant_hours[(tenant, gpu_class)] = (tg + g, tb + b)
         allocated = _capacity_lines(card, cap, hours, out, _review_hours(review, cap.from_ms, cap.to_ms))
-        _entitlement(card, cap, hours, quotas, out)
+        _entitlement(card, cap, measured, quotas, out)
         if card is None:
             continue
         versions.append(card.version)

@@ -62,6 +62,8 @@ def test_modeled_hours_are_suspense_not_tenant_charges():
     assert [(ln.tenant_id, ln.quantity) for ln in suspense] == [("b", Decimal(2))]
     b_paid = sum(ln.amount for ln in priced.lines if ln.payer == "tenant" and ln.tenant_id == "b")
     assert b_paid == Decimal("5.25")  # only the medium 3 h, borrowed at 1.75
+    # allocation is measured on every held hour: only billing leaves the suspense out
+    assert priced.tenant_hours[("b", "H100")] == pytest.approx((0.0, 5.0))
 
 
 def test_billing_every_class_charges_the_tenant_instead():
