@@ -94,6 +94,7 @@ class Worker:
         self.owned: set[int] = set()
         self.dirty: set[int] = set()
         self.closing = False
+        self.assigned = False  # the group has given this worker its share (possibly none) at least once
         self.stats = {"records": 0, "facts": 0, "commits": 0}
         self.last_commit = self.started = time.monotonic()
         base = {"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.auto.commit": False, "log_level": 3,
@@ -147,6 +148,7 @@ class Worker:
         if self.closing:  # an assignment served while leaving the group: nothing to take on
             return
         numbers = sorted({tp.partition for tp in partitions})
+        self.assigned = True
         committed = {f"{tp.topic}:{tp.partition}": tp.offset for tp in committed_offsets(consumer, partitions)}
         rebuild = False
         for n in numbers:
@@ -265,7 +267,10 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------------
     def caught_up(self) -> bool:
         """Every partition this job reads is read to its end: the owned units by this worker,
-        the others by the group (committed offsets), and the broadcast."""
+        the others by the group (committed offsets), and the broadcast. Asked only once the
+        group has assigned this worker its units: committed offsets at the end do not mean a
+        unit's facts are out (a worker killed after reading everything leaves segments waiting
+        for the watch in its snapshot; its next owner restores them and emits them)."""
         nxt = self._next_offsets()
         for key in self.extents:
             topic, p = key.rsplit(":", 1)
@@ -317,7 +322,7 @@ class Worker:
                     self._report()
                     self._positions()
                 if got == 0 and (self.job.until_caught_up or self.job.stop_offsets is not None) \
-                        and now - started >= 1.0 and self.caught_up():
+                        and now - started >= 1.0 and self.assigned and self.caught_up():
                     if self.owned:
                         self._commit(set(self.owned))
                     if self.caught_up():
