@@ -94,7 +94,7 @@ class Worker:
         self.owned: set[int] = set()
         self.dirty: set[int] = set()
         self.closing = False
-        self.assigned = False  # the group has given this worker its share (possibly none) at least once
+        self.assigned = False  # an assignment from the group (possibly empty) is in force
         self.stats = {"records": 0, "facts": 0, "commits": 0}
         self.last_commit = self.started = time.monotonic()
         base = {"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.auto.commit": False, "log_level": 3,
@@ -181,7 +181,7 @@ class Worker:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not self.closing:  # leaving: the last commit was just made
             self._commit(self.owned)
-        self.owned = set()
+        self.owned, self.assigned = set(), False
 
     # -- broadcast -----------------------------------------------------------------------
     def _start_broadcast(self, state: dict | None) -> None:
@@ -267,8 +267,9 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------------
     def caught_up(self) -> bool:
         """Every partition this job reads is read to its end: the owned units by this worker,
-        the others by the group (committed offsets), and the broadcast. Asked only once the
-        group has assigned this worker its units: committed offsets at the end do not mean a
+        the others by the group (committed offsets), and the broadcast. Asked only while an
+        assignment from the group is in force (not before the first, nor during a rebalance):
+        committed offsets at the end do not mean a
         unit's facts are out (a worker killed after reading everything leaves segments waiting
         for the watch in its snapshot; its next owner restores them and emits them)."""
         nxt = self._next_offsets()
