@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from gpuledger.bus.topics import STATE_MAX_BYTES, Topics
 
-__all__ = ["Changelog"]
+__all__ = ["Changelog", "last_value"]
 
 BROADCAST_KEY = b"broadcast"
 
@@ -66,25 +66,29 @@ class Changelog:
         return self._read(self.topics.broadcast_state.name, 0, BROADCAST_KEY)
 
     def _read(self, topic: str, partition: int, key: bytes) -> dict | None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, **self.client,
-                             "group.id": "gpuledger-changelog-reader", "enable.auto.commit": False, "log_level": 3,
-                             "fetch.max.bytes": 2 * STATE_MAX_BYTES,
-                             "max.partition.fetch.bytes": 2 * STATE_MAX_BYTES,
-                             "receive.message.max.bytes": 2 * STATE_MAX_BYTES + 1_000_000})
-        try:
-            tp = TopicPartition(topic, partition)
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            if high <= low:
-                return None
-            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-            last, position = None, low
-            while position < high:
-                for msg in consumer.consume(num_messages=100, timeout=1.0):
-                    if msg.error():
-                        continue
-                    position = msg.offset() + 1
-                    if msg.key() == key:
-                        last = msg.value()
-            return orjson.loads(last) if last is not None else None
-        finally:
-            consumer.close()
+        last = last_value({"bootstrap.servers": self.bootstrap, **self.client,
+                           "group.id": "gpuledger-changelog-reader", "fetch.max.bytes": 2 * STATE_MAX_BYTES,
+                           "max.partition.fetch.bytes": 2 * STATE_MAX_BYTES,
+                           "receive.message.max.bytes": 2 * STATE_MAX_BYTES + 1_000_000}, topic, partition, key)
+        return orjson.loads(last) if last is not None else None
+
+
+def last_value(config: Mapping[str, object], topic: str, partition: int, key: bytes) -> bytes | None:
+    """The value last written under ``key`` to one partition (read from its start), or None."""
+    consumer = Consumer({**config, "enable.auto.commit": False, "log_level": 3})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        if high <= low:
+            return None
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        last, position = None, low
+        while position < high:
+            for msg in consumer.consume(num_messages=500, timeout=1.0):
+                if msg.error():
+                    continue
+                position = msg.offset() + 1
+                if msg.key() == key:
+                    last = msg.value()
+        return last
+    finally:
+        consumer.close()
