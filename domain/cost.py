@@ -39,6 +39,11 @@ class RateCard:
     per_million_output: Decimal
     overhead_per_month: Decimal
     overhead_rule: str
+    # classes whose guaranteed quota is charged whether used or not ("*": every class)
+    committed_classes: tuple[str, ...] = ()
+
+    def commits(self, gpu_class: str) -> bool:
+        return "*" in self.committed_classes or gpu_class in self.committed_classes
 
 
 def round_cents(amount: Decimal) -> Decimal:
@@ -73,10 +78,21 @@ def parse_ratecards(doc: list) -> list[RateCard]:
                 parse_rfc3339_ms(c["valid_to"]) if c.get("valid_to") else None, str(c.get("currency", "USD")),
                 {cls: {k: to_decimal(v) for k, v in rates.items()} for cls, rates in gpu_hour.items()},
                 to_decimal(tokens.get("input", 0)), to_decimal(tokens.get("output", 0)),
-                to_decimal(overhead.get("amount", 0)), rule))
+                to_decimal(overhead.get("amount", 0)), rule, _committed(c.get("committed_quota", False))))
         except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise RatecardError(f"ratecards[{i}]: {exc!r}; needs version, valid_from and numeric rates") from exc
     return sorted(out, key=lambda c: c.valid_from_ms)
+
+
+def _committed(value: object) -> tuple[str, ...]:
+    """``committed_quota``: false (default), true (every class) or a list of GPU classes."""
+    if value is True:
+        return ("*",)
+    if value is False or value is None:
+        return ()
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return tuple(sorted(set(value)))
+    raise ValueError(f"committed_quota must be true, false or a non-empty list of GPU classes, got {value!r}")
 
 
 def _check_rates(card: dict, gpu_hour: dict, tokens: dict, overhead: dict) -> None:

@@ -118,6 +118,7 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "ratecard_versions": context["ratecard_versions"],
         "currency": context["currency"],
         "billing_policy": {"bill_confidence": list(context.get("bill_confidence") or ("high", "medium", "modeled"))},
+        **({"commitments": _commitments(priced)} if priced.commitments else {}),
         "lines": [line_doc(ln) for ln in every],
         "tenants": [{"tenant_id": tid, **{k: _money(v) for k, v in t.items()}, **measured.get(tid, {})}
                     for tid, t in sorted(tenants.items())],
@@ -140,6 +141,13 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "data_gaps": _gaps(showback, priced, context),
         "sources": context["sources"],
     }
+
+
+def _commitments(priced: Priced) -> list[dict]:
+    """Guaranteed quota charged whether used or not (a committed-quota rate card)."""
+    return [{"tenant_id": t, "gpu_class": c, "ratecard_version": v, "entitled_gpu_hours": _hours(e),
+             "used_gpu_hours": _hours(u), "unused_gpu_hours": _hours(max(0, e - u))}
+            for (t, c, v), (e, u) in sorted(priced.commitments.items())]
 
 
 def _hierarchy(rows) -> list[dict]:

@@ -17,7 +17,10 @@ over-allocation when negative). Every part is priced at the card's class rates:
   its consumers in whole cents by weighted tokens, and credited to the owner;
 - the card's overhead for the window is split in whole cents by tenants' allocated hours
   (to central when no tenant held anything);
-- credits are negative tenant lines.
+- credits are negative tenant lines;
+- under a card with ``committed_quota`` a tenant also pays its unused guaranteed quota at
+  the guaranteed rate (``committed``), and central is credited as much
+  (``commitment_recovery``): that capacity is already in a central line.
 
 So recoverable cost (physical hours x list rate + overhead + variable - credits) equals
 tenant charges + central charges + subsidies - credits, exactly, before rounding.
@@ -91,6 +94,8 @@ class Priced:
     tenant_hours: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (tenant, class)
     # (tenant, class) -> [entitled guaranteed GPU-hours, used, list value of the unused part]
     entitlement: dict[tuple[str, str], list] = field(default_factory=dict)
+    # (tenant, class, card version) -> [entitled, used] micro-GPU-hours under a committed-quota card
+    commitments: dict[tuple[str, str, str], list] = field(default_factory=dict)
 
 
 def parse_credits(doc: list) -> list[Credit]:
@@ -251,6 +256,28 @@ def _entitlement(card: RateCard | None, cap: WindowCapacity, hours: dict, quotas
         rate = card.gpu_hour.get(key[1], {}).get("guaranteed") if card else None
         if rate is not None:
             e[2] += _decimal(Fraction(max(0.0, entitled - mine))) * rate
+            if card.commits(key[1]):
+                _committed_lines(card, cap, key, entitled, mine, rate, out)
+
+
+def _committed_lines(card: RateCard, cap: WindowCapacity, key: tuple[str, str], entitled: float, used: float,
+                     rate: Decimal, out: Priced) -> None:
+    """Under a committed-quota card the tenant pays its unused guaranteed hours too, at the
+    guaranteed rate; that capacity is already in a central line (idle at the list rate), so
+    central is credited the same amount and the money identity is unchanged."""
+    tenant, gpu_class = key
+    c = out.commitments.setdefault((tenant, gpu_class, card.version), [0, 0])
+    c[0] += round(_micro(Fraction(entitled)))
+    c[1] += round(_micro(Fraction(used)))
+    unused = round(_micro(Fraction(entitled) - Fraction(used)))
+    if unused <= 0:
+        return
+    q = _qty(unused)
+    span = (card.version, cap.from_ms, cap.to_ms)
+    out.lines.append(Line("tenant", tenant, "committed", gpu_class, "gpu_hour", q, rate, q * rate, q * rate, *span,
+                          f"unused guaranteed {gpu_class} quota: committed, charged whether used or not"))
+    out.lines.append(Line("central", tenant, "commitment_recovery", gpu_class, "gpu_hour", q, -rate, -q * rate,
+                          -q * rate, *span, f"idle {gpu_class} capacity recovered by {tenant}'s committed quota"))
 
 
 def _variable_lines(card: RateCard, cap: WindowCapacity, hourly_tokens: list[tuple], out: Priced) -> None:

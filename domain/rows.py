@@ -23,8 +23,8 @@ __all__ = ["COST_PARTS", "first_valid", "money_reconciliation", "price_rows"]
 
 log = logging.getLogger(__name__)
 
-COST_PARTS = ("guaranteed", "borrowed", "variable", "service_share", "overhead", "suspense_assigned", "credits",
-              "endpoint_recovered", "total", "under_review")  # under review: shown, not in the total
+COST_PARTS = ("guaranteed", "borrowed", "committed", "variable", "service_share", "overhead", "suspense_assigned",
+              "credits", "endpoint_recovered", "total", "under_review")  # under review: shown, not in the total
 
 
 def price_rows(rows: dict) -> Priced:

@@ -7,6 +7,11 @@ pod ``share-0`` holds replica ::0 from 100 h to 200 h: 100 h x 1/4 = 25 modeled 
 suspense: in October's closed document, paid by no one, shown to beta as under review, with
 both reconciliation identities exact. ``suspense assign`` to beta after the close books them
 as correction lines in November's close, and the identities still hold there.
+
+November is priced by a card with ``committed_quota``: gamma (quota 1) holds nothing in
+November, so its 720 unused guaranteed hours are charged at 2.50 = 1,800.00 (central is
+credited as much); alpha (quota 2, holds 3 GPUs) uses all of its quota, so nothing is
+unused. The FOCUS export maps both to the commitment-discount columns.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import orjson
 import pytest
 
 from conftest import Stack
-from focus_check import UNDECIDABLE, validate_focus
+from focus_check import COMMITMENT_CRITERIA, UNDECIDABLE, UNDECIDABLE_WITH_COMMITMENTS, validate_focus
 from gpuledger.demo.builder import det_uuid
 from gpuledger.demo.cluster import MigLayout, PodPlan, SharedGpu, write_capture
 from plans import GpuSpec, H, T0, gpu_uuid, month_plan
@@ -88,8 +93,18 @@ def test_modeled_hours_are_suspense_in_the_closed_month(month):
                    and Decimal(ln["quantity"]) != 300 for ln in october["lines"] if ln["component"] == "borrowed")
 
 
-def test_suspense_list_then_assign_books_corrections_in_the_next_close(month):
+def publish_committed_november_card(stack: Stack, tmp_path) -> None:
+    cards = timeslice_month().ratecards
+    november = {**cards[0], "version": "2026-11-committed", "valid_from": "2026-11-01T00:00:00Z",
+                "committed_quota": ["H100-80GB"]}
+    path = tmp_path / "ratecards.json"
+    path.write_bytes(orjson.dumps([*cards, november]))
+    stack.run("load", "ratecards", str(path), "--cluster", month_plan().cluster_id)
+
+
+def test_suspense_list_then_assign_books_corrections_in_the_next_close(month, tmp_path):
     stack, october = month
+    publish_committed_november_card(stack, tmp_path)
     listed = orjson.loads(stack.run("suspense", "list", "--period", "2026-10", "--format", "json").stdout)
     assert listed["closed"] and [(i["tenant_id"], i["gpu_hours"], i["status"]) for i in listed["items"]] == [
         ("beta", "25.000000", "under review")]
@@ -110,6 +125,14 @@ def test_suspense_list_then_assign_books_corrections_in_the_next_close(month):
                                     ("tenant", "beta", "suspense_assigned", SUSPENSE_AMOUNT)])
     beta = next(t for t in november["tenants"] if t["tenant_id"] == "beta")
     assert Decimal(beta["corrections"]) == SUSPENSE_AMOUNT
+    committed = [(ln["payer"], ln["tenant_id"], ln["component"], Decimal(ln["quantity"]), Decimal(ln["amount"]))
+                 for ln in november["lines"] if ln["component"] in ("committed", "commitment_recovery")]
+    assert sorted(committed) == [("central", "gamma", "commitment_recovery", Decimal(720), Decimal("-1800.00")),
+                                 ("tenant", "gamma", "committed", Decimal(720), Decimal("1800.00"))]
+    assert [(c["tenant_id"], c["entitled_gpu_hours"], c["used_gpu_hours"], c["unused_gpu_hours"])
+            for c in november["commitments"]] == [("alpha", "1440.000000", "1440.000000", "0.000000"),
+                                                  ("gamma", "720.000000", "0.000000", "720.000000")]
+    assert "commitments" not in october
     # the closed October is unchanged
     assert orjson.loads(stack.run("ledger", "show", "--period", "2026-10").stdout)["hash"] == october["hash"]
 
@@ -118,7 +141,7 @@ def test_focus_exports_with_suspense_and_corrections_pass_the_validator(month, t
     """October has a suspense line; November books its settlement as corrections."""
     stack, _ = month
     if orjson.loads(stack.run("ledger", "show", "--period", "2026-11", check=False).stdout or "null") is None:
-        test_suspense_list_then_assign_books_corrections_in_the_next_close(month)
+        test_suspense_list_then_assign_books_corrections_in_the_next_close(month, tmp_path)
     for period in ("2026-10", "2026-11"):
         export = tmp_path / f"focus-{period}.csv"
         stack.run("export", "focus", "--period", period, "--out", str(export))
@@ -129,6 +152,19 @@ def test_focus_exports_with_suspense_and_corrections_pass_the_validator(month, t
             assert any(a.endswith("-suspense") and c == "suspense" for a, c, _ in kinds), kinds
         else:
             assert ("beta", "suspense_assigned", "Correction") in kinds, kinds
+            commitment = {(r["BillingAccountId"], r["CommitmentDiscountStatus"], r["PricingCategory"],
+                           r["CommitmentDiscountQuantity"]) for r in rows if r["CommitmentDiscountId"]}
+            assert commitment == {("gamma", "Unused", "Committed", "720.000000"),
+                                  ("alpha", "Used", "Committed", "1440.000000")}, commitment
         failed, passed = validate_focus(export, tmp_path)
         assert failed == UNDECIDABLE, (period, sorted(failed))
         assert len(passed) >= 130, len(passed)
+        # declared as a provider with commitment discounts, the commitment columns are checked too
+        failed, passed = validate_focus(export, tmp_path, COMMITMENT_CRITERIA)
+        assert failed == UNDECIDABLE_WITH_COMMITMENTS, (period, sorted(failed))
+        assert {"PricingCategory-C-004-C", "PricingCategory-C-007-M", "CommitmentDiscountStatus-C-003-C",
+                "CommitmentDiscountCategory-C-004-C", "CommitmentDiscountQuantity-C-005-C",
+                "CommitmentDiscountUnit-C-006-C"} <= passed, sorted(p for p in passed if "Commit" in p or "Pricing" in p)
+        # CommitmentDiscountStatus-C-004-C as the specification writes it
+        assert all(r["CommitmentDiscountStatus"] for r in rows
+                   if r["CommitmentDiscountId"] and r["ChargeCategory"] == "Usage")

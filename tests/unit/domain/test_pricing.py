@@ -113,3 +113,43 @@ def test_entitlement_follows_the_quotas_in_force():
          "valid_to": "2026-10-21T00:00:00Z"}])
     assert entitled_gpu_hours(quotas, OCT, NOV) == {("a", "H100"): 1248.0, ("b", "H100"): 4 * 20 * 24.0}
     assert entitled_gpu_hours(quotas, OCT + 5 * H, OCT + 7 * H) == {("a", "H100"): 2.0, ("b", "H100"): 8.0}
+
+
+def _committed_card(value):
+    return parse_ratecards([{"version": "v1c", "valid_from": "2026-10-01T00:00:00Z", "currency": "USD",
+                             "gpu_hour": {"H100": {"guaranteed": "2.50", "borrowed": "1.75"}},
+                             "committed_quota": value}])[0]
+
+
+def _price_with(card):
+    held = [("a", "H100", "H100", OCT, OCT + 10 * H, 2.0), ("b", "H100", "H100", OCT, OCT + 4 * H, 1.0)]
+    cap = WindowCapacity(OCT, NOV, {"H100": 4 * (NOV - OCT)}, {("H100", "unallocated"): 4 * 744 - 24.0})
+    return price([(card, cap)], held, QUOTAS, [], [], [], [], (OCT, NOV))
+
+
+def test_a_committed_quota_charges_the_unused_guaranteed_hours_and_credits_central():
+    """a's quota is 1 GPU for October (744 h); it used 10 guaranteed hours: 734 h x 2.50 =
+    1,835.00 is charged to a as committed, central is credited as much; both identities hold."""
+    plain, committed = _price_with(_committed_card(False)), _price_with(_committed_card(["H100"]))
+    assert not [ln for ln in plain.lines if ln.component in ("committed", "commitment_recovery")]
+    lines = [(ln.payer, ln.tenant_id, ln.component, ln.quantity, ln.amount) for ln in committed.lines
+             if ln.component in ("committed", "commitment_recovery")]
+    assert lines == [("tenant", "a", "committed", Decimal(734), Decimal("1835.00")),
+                     ("central", "a", "commitment_recovery", Decimal(734), Decimal("-1835.00"))]
+    before, after = money_reconciliation(plain), money_reconciliation(committed)
+    assert after["difference"] == 0 and after["recoverable_cost"] == before["recoverable_cost"]
+    assert after["tenant_charges"] - before["tenant_charges"] == Decimal("1835.00")
+    assert before["central_charges"] - after["central_charges"] == Decimal("1835.00")
+    assert committed.micro_gpu_hours == plain.micro_gpu_hours  # hours do not move, only who pays for them
+    assert committed.commitments == {("a", "H100", "v1c"): [744_000_000, 10_000_000]}
+    # b has no quota: nothing committed; a class not listed is not committed
+    assert _price_with(_committed_card(["A100"])).commitments == {}
+
+
+def test_committed_quota_must_be_a_flag_or_classes():
+    import pytest
+    from gpuledger.domain.cost import RatecardError
+    assert _committed_card(True).commits("anything")
+    for bad in ("yes", [], [""], 1):
+        with pytest.raises(RatecardError, match="committed_quota"):
+            _committed_card(bad)
