@@ -22,13 +22,16 @@ from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.domain.rows import money_reconciliation
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
-__all__ = ["ClosePolicy", "LEDGER_FORMAT", "build_ledger", "content_hash", "corrections", "line_doc", "line_from_doc",
-           "refusals"]
+__all__ = ["ClosePolicy", "LEDGER_FORMAT", "NORMALIZATION_VERSION", "build_ledger", "content_hash", "corrections",
+           "line_doc", "line_from_doc", "refusals"]
 
 LEDGER_FORMAT = "gpuledger-ledger/1"
 FACT_SCHEMAS = "capacity_fact/2 utilization_fact/2 request_fact/1 demand_fact/1"
 UNHASHED = ("hash", "status", "closed_at", "prepared", "approval", "seal")  # not evidence (domain/approval.py)
 MICRO = Decimal(1_000_000)
+# The rules that turn source records into facts (units, field spellings, cadence, ownership):
+# raised whenever a change to them can change a fact, so a document shows which rules made it.
+NORMALIZATION_VERSION = "2026.12"
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "ratecard_versions": context["ratecard_versions"],
         "currency": context["currency"],
         "billing_policy": {"bill_confidence": list(context.get("bill_confidence") or ("high", "medium", "modeled"))},
+        **({"calculation": context["calculation"]} if context.get("calculation") else {}),
         **({"commitments": _commitments(priced)} if priced.commitments else {}),
         "lines": [line_doc(ln) for ln in every],
         "tenants": [{"tenant_id": tid, **{k: _money(v) for k, v in t.items()}, **measured.get(tid, {})}

@@ -4,6 +4,7 @@ Showback and the ledger both start here, so they can never price differently."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -19,7 +20,8 @@ from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.suspense import BILL_CONFIDENCE, parse_assignments, settle
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["COST_PARTS", "first_valid", "money_reconciliation", "price_rows"]
+__all__ = ["COST_PARTS", "PRICING_PARSERS", "canonical_sha256", "documents_in_force", "first_valid",
+           "money_reconciliation", "price_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,35 @@ def first_valid(documents: Sequence[str], parse: Callable[[object], list], what:
     """The parsed newest document that parses (``documents`` newest first); a stored document
     that does not (written before the worker validated references) is skipped with a warning,
     so the previous valid one stays in force. Empty when none parses."""
+    return _in_force(documents, parse, what)[1]
+
+
+def _in_force(documents: Sequence[str], parse: Callable[[object], list], what: str) -> tuple[str | None, list]:
     for i, doc in enumerate(documents):
         try:
-            return parse(orjson.loads(doc))
+            return doc, parse(orjson.loads(doc))
         except (ValueError, TypeError) as exc:  # orjson.JSONDecodeError and the parsers' errors are ValueErrors
             log.warning("skipping stored %s document #%d (newest first): %s; using the next older one", what, i, exc)
-    return []
+    return None, []
+
+
+PRICING_PARSERS = {"ratecards": parse_ratecards, "quotas": parse_quotas, "credits": parse_credits,
+                   "endpoints": parse_endpoints, "suspense": parse_assignments}
+
+
+def canonical_sha256(value: object) -> str:
+    """sha256 of a JSON value's canonical form (sorted keys, no whitespace)."""
+    return "sha256:" + hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def documents_in_force(rows: dict) -> dict[str, str | None]:
+    """Per pricing reference kind, the canonical hash of the document that priced ``rows``
+    (the one ``first_valid`` chose; None when there was none)."""
+    out = {}
+    for kind, parse in PRICING_PARSERS.items():
+        doc = _in_force(rows.get(kind, ()), parse, kind)[0]
+        out[kind] = None if doc is None else canonical_sha256(orjson.loads(doc))
+    return out
 
 
 def money_reconciliation(priced: Priced, lines: list | None = None) -> dict[str, Decimal]:

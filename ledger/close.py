@@ -11,16 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuledger.domain.approval import ApprovalError, approve, prepare, stale_against
-from gpuledger.domain.ledger import ClosePolicy, billing_policy, build_ledger, corrections, line_from_doc, refusals
+from gpuledger.domain.ledger import NORMALIZATION_VERSION, ClosePolicy, billing_policy, build_ledger, corrections, line_from_doc, refusals
 from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.domain.pricing import Line, Priced, rounded
-from gpuledger.domain.rows import price_rows
+from gpuledger.domain.rows import canonical_sha256, documents_in_force, price_rows
 from gpuledger.domain.showback import build_showback
 from gpuledger.domain.timeutil import month_bounds_ms, parse_rfc3339_ms
 from gpuledger.sinks.base import Checkpoint
 from gpuledger.sinks.ledger_store import LedgerPort
 from gpuledger.sinks.query import QueryPort
-from gpuledger.sinks.showback_sql import read_showback_rows
+from gpuledger.sinks.showback_sql import inventory_in_force_sql, read_showback_rows
 
 __all__ = ["ApprovalError", "CloseResult", "approve_period", "booked_for", "build_document", "pending_corrections",
            "period_window", "prepare_period"]
@@ -81,6 +81,19 @@ def _sources(checkpoint: Checkpoint | None) -> tuple[list[dict], int]:
     return out, int(checkpoint.state.get("dead_lettered", 0))
 
 
+def calculation(reader: QueryPort, rows: dict) -> dict:
+    """What the numbers were calculated with, besides the facts: the normalization rules'
+    version and the canonical hash of each reference document in force (the inventory: of the
+    approved GPUs and unavailability it holds), so a replay shows which documents it used."""
+    documents: dict[str, str | None] = {"inventory": None, **documents_in_force(rows)}
+    if rows.get("clusters"):
+        gpus, unavailable = (reader.query(sql, {"clusters": rows["clusters"]})[1]
+                             for sql in inventory_in_force_sql(reader.db))
+        documents["inventory"] = canonical_sha256({"gpus": [list(r) for r in gpus],
+                                                   "unavailable": [list(r) for r in unavailable]})
+    return {"normalization_version": NORMALIZATION_VERSION, "reference_documents": documents}
+
+
 def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint | None, period: str,
                    progress=lambda _: None, bill: tuple[str, ...] | None = BILL_CONFIDENCE) -> tuple[dict, Priced]:
     """The period's ledger document (without its hash) from the facts ``reader`` sees, with
@@ -96,7 +109,8 @@ def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint
     versions = sorted({ln.ratecard_version for ln in lines if ln.ratecard_version})
     doc = build_ledger(period, from_ms, to_ms, showback, priced, lines, booked, {
         "currency": showback["currency"], "ratecard_versions": versions, "hierarchy": rows.get("hierarchy", ()),
-        "sources": sources, "dead_lettered": dead, "evidence_to_ms": rows["as_of_ms"], "bill_confidence": bill})
+        "sources": sources, "dead_lettered": dead, "evidence_to_ms": rows["as_of_ms"], "bill_confidence": bill,
+        "calculation": calculation(reader, rows)})
     return doc, priced
 
 

@@ -270,3 +270,12 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
     rows["unhostable"] = reader.query(unhostable_sql(db), p)[1]
     rows["hierarchy"] = reader.query(hierarchy_sql(db), p)[1]
     return rows
+
+
+def inventory_in_force_sql(db: str) -> list[str]:
+    """The approved inventory the capacity was measured against, in a fixed order (what the
+    closed document's inventory hash is taken over)."""
+    return [f"""SELECT gpu_uuid, node, model, gpu_class, mode, valid_from_ms, valid_to_ms
+                FROM {db}.inventory_gpus FINAL WHERE cluster_id IN %(clusters)s ORDER BY gpu_uuid, valid_from_ms""",
+            f"""SELECT gpu_uuid, from_ms, to_ms, reason FROM {db}.inventory_unavailable FINAL
+                WHERE cluster_id IN %(clusters)s ORDER BY gpu_uuid, from_ms, to_ms, reason"""]

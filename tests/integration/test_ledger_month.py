@@ -28,6 +28,8 @@ from focus_check import UNDECIDABLE, validate_focus
 from conftest import BOOTSTRAP, REPO, Stack
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.approval import seal_hash, verify
+from gpuledger.domain.ledger import NORMALIZATION_VERSION
+from gpuledger.domain.rows import canonical_sha256
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.ledger.focus import FOCUS_COLUMNS
 from plans import GAP_HOURS, H, MONTH_CREDITS, OCTOBER_RECONCILIATION, OCTOBER_TOTALS, T0, month_plan
@@ -98,6 +100,19 @@ def test_october_closes_to_the_cent(month):
     assert any(g["kind"] == "physical_without_evidence" and g["gpu_hours"] == "12.000000" for g in doc["data_gaps"])
     assert doc["sources"] and all(s["last_offset"] >= s["first_offset"] >= 0 for s in doc["sources"])
     assert Decimal(doc["confidence_gpu_hours"]["high"]) == Decimal("3126.000000")
+
+
+def test_the_closed_month_names_the_documents_it_was_priced_with(month):
+    """The rate card, quotas and credits in force by the canonical hash of the documents
+    published (the capture's files), the inventory by the hash of the approved GPUs it holds."""
+    _, root, doc, _ = month
+    calc = doc["calculation"]
+    assert calc["normalization_version"] == NORMALIZATION_VERSION
+    used = calc["reference_documents"]
+    for kind in ("ratecards", "quotas", "credits"):
+        assert used[kind] == canonical_sha256(orjson.loads((root / "full" / f"{kind}.json").read_bytes())), kind
+    assert used["endpoints"] is None and used["suspense"] is None  # none published
+    assert used["inventory"].startswith("sha256:") and len(used["inventory"]) == 71
 
 
 def test_two_step_close_records_who_prepared_and_who_approved(month):
