@@ -217,10 +217,10 @@ def _period(args) -> str:
     return args.period
 
 
-def _closed(s: Settings, period: str) -> dict:
+def _closed(s: Settings, period: str, store=None) -> dict:
     from gpuledger.sinks.ledger_store import ClickHouseLedger
 
-    doc = ClickHouseLedger(_ledger_engine(s)).get(period)
+    doc = ClickHouseLedger(store or _ledger_engine(s)).get(period)
     if doc is None:
         raise UsageError(f"{period} is not closed: run `gpuledger close --period {period}` first")
     return doc
@@ -307,11 +307,28 @@ def cmd_export(s: Settings, args) -> int:
     return 0
 
 
+def _statement_daily(store, doc: dict, tenant: str) -> list[dict]:
+    """The tenant's days of a closed period, from the facts (the ledger keeps period totals)."""
+    from gpuledger.domain.daily import daily_series
+    from gpuledger.domain.ledger import billing_policy
+    from gpuledger.domain.rows import price_rows
+    from gpuledger.ledger.close import period_window
+    from gpuledger.sinks.showback_sql import read_showback_rows
+
+    rows = read_showback_rows(store, *period_window(doc["period"]), billing_policy(doc))
+    return daily_series(rows, price_rows(rows), [tenant])[tenant]
+
+
 def cmd_statement(s: Settings, args) -> int:
     from gpuledger.ledger.statement import StatementError, render_statement
 
     try:
-        _write(render_statement(_closed(s, _period(args)), args.tenant), args.out)
+        period = _period(args)
+        store = _ledger_engine(s)
+        doc = _closed(s, period, store)
+        known = any(t["tenant_id"] == args.tenant for t in doc["tenants"])
+        _write(render_statement(doc, args.tenant, _statement_daily(store, doc, args.tenant) if known else None),
+               args.out)
     except StatementError as exc:
         raise UsageError(str(exc)) from exc
     return 0

@@ -11,6 +11,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 from gpuledger.domain.cost import round_cents
+from gpuledger.domain.daily import daily_series
 from gpuledger.domain.pricing import Priced, rounded
 from gpuledger.domain.rows import COST_PARTS, money_reconciliation, price_rows
 from gpuledger.domain.timeutil import format_rfc3339
@@ -120,6 +121,9 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
                            for g, n, need, reach in rows.get("evidence_short", ())[:20]],
     }
     platform["idle_gpu_hours"] = _idle_classes(tenants.values(), platform, rows.get("fragmentation", ()))
+    series = daily_series(rows, priced, [t for t in tenants if tenant is None or t == tenant])
+    for tid, days in series.items():
+        tenants[tid]["daily"] = days  # the window's hours and GPU-hour charges per UTC day (domain/daily.py)
     listed = sorted(tenants.values(), key=lambda e: e["tenant_id"])
     if tenant is not None:
         listed = [e for e in listed if e["tenant_id"] == tenant]

@@ -1,10 +1,13 @@
 """A tenant's monthly statement as a printable HTML page (pure): every line with its basis,
-why idle reserved capacity still costs, confidence, and the ledger hash to verify against."""
+the period day by day (inline SVG charts, ledger/chart.py), why idle reserved capacity still
+costs, confidence, and the ledger hash to verify against."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from html import escape
+
+from gpuledger.ledger.chart import CHART_CSS, daily_charts
 
 __all__ = ["StatementError", "render_statement"]
 
@@ -23,7 +26,7 @@ tr.total td { font-weight: bold; border-top: 2px solid #1d2330; }
 .hash { font-family: "DejaVu Sans Mono", monospace; font-size: 11px; word-break: break-all; }
 .note { background: #f4f6fa; border-left: 4px solid #5b7bd5; padding: 0.6em 1em; }
 @media print { body { margin: 1cm; } }
-"""
+""" + CHART_CSS
 
 
 def _basis(ln: dict, currency: str) -> str:
@@ -53,7 +56,43 @@ def _approval(doc: dict) -> str:
             f"{escape(a['approved_by'])} on {escape(a['approved_at'])})")
 
 
-def render_statement(doc: dict, tenant_id: str) -> str:
+_CLOSED_HOURS = (("guaranteed", "guaranteed_gpu_hours"), ("borrowed", "borrowed_gpu_hours"),
+                 ("idle", "idle_allocated_gpu_hours"))  # daily key prefix, the closed summary's key
+
+
+def _listed(items: list[str]) -> str:
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
+
+
+def _days(daily: list[dict] | None, summary: dict, lines: list[dict], currency: str) -> str:
+    """The daily charts, what they add up to, and whether that is what the period closed with."""
+    if not daily:
+        return ""
+    held = sum((Decimal(ln["amount"]) for ln in lines if ln["charge_class"] == "Regular"
+                and ln["component"] in ("guaranteed", "borrowed")), Decimal(0))
+    cost = sum((Decimal(str(d["gpu_hour_cost"] or 0)) for d in daily), Decimal(0))
+    priced = bool(currency) and any(d["gpu_hour_cost"] is not None for d in daily)
+    differs = [f"{k} GPU-hours" for k, key in _CLOSED_HOURS  # the summary is to 1e-6 h
+               if abs(sum(d[f"{k}_gpu_hours"] for d in daily) - float(summary.get(key, "0"))) > 5e-6]
+    if priced and cost != held:
+        differs.append("GPU-hour charges")
+    note = ""
+    if differs:
+        note = (f"<p class='note' id='daily-differs'>The days are drawn from the evidence as it stands now; their "
+                f"{escape(_listed(differs))} differ from what this period closed with, because evidence arrived "
+                f"after the close. The closed figures above are what you are charged; the difference is booked as "
+                f"corrections in a later statement.</p>")
+    money = (f" The charges chart shows only the guaranteed and borrowed GPU-hour lines (not tokens, overhead, "
+             f"shared endpoints, committed quota or credits): each day is valued at the rates in force that day, "
+             f"and the days add up to {cost:,.2f} {escape(currency)}.") if priced else ""
+    return (f"<h2>Day by day</h2><p>GPU-hours per UTC day. The guaranteed and borrowed bars add up to the "
+            f"period's guaranteed and borrowed GPU-hours; beside them, idle is the part of those hours the devices "
+            f"did no work.{money}</p>{note}{daily_charts(daily, currency if priced else None)}")
+
+
+def render_statement(doc: dict, tenant_id: str, daily: list[dict] | None = None) -> str:
+    """``daily``: the tenant's per-day series for the period (domain/daily.py), drawn as charts
+    next to the lines; without it the statement has no charts."""
     mine = [ln for ln in doc["lines"] if ln["payer"] == "tenant" and ln["tenant_id"] == tenant_id]
     review = [ln for ln in doc["lines"] if ln["payer"] == "suspense" and ln["tenant_id"] == tenant_id
               and ln["charge_class"] == "Regular"]
@@ -98,6 +137,7 @@ status {escape(doc['status'])}{_approval(doc)}, rate card {escape(str(doc['ratec
 {under}
 <table><tr class="total"><td colspan="3">Total for {escape(doc['period'])}</td>
 <td class="num" id="total">{escape(summary['total'])} {escape(currency)}</td></tr></table>
+{_days(daily, summary, regular, currency)}
 <h2>Why idle reserved capacity still costs</h2>
 <p class="note">Of your {allocated:,.3f} allocated GPU-hours, {guaranteed:,.3f} were within your guaranteed quota
 and {idle:,.3f} were idle (held but the devices did no work). Guaranteed capacity is reserved for you whether

@@ -75,6 +75,28 @@ def tenant_utilization_sql(db: str) -> str:
         GROUP BY c.tenant_id ORDER BY c.tenant_id"""
 
 
+def tenant_daily_utilization_sql(db: str) -> str:
+    """Per tenant and UTC day (``day_ms``): covered and active GPU-hours, the window's per
+    fact (``tenant_utilization_sql``) divided by the span of the samples observed each day,
+    so the days add up to the window: a fact's cap ``least(1, duration / span)`` scales each
+    day's span and SM-active-weighted span alike."""
+    return f"""SELECT c.tenant_id AS tenant_id, d.day_ms AS day_ms,
+            sum(c.fr * d.span * least(1, (c.b - c.a) / u.span)) / 3600000 AS covered_gpu_hours,
+            sum(c.fr * d.act * least(1, (c.b - c.a) / u.span)) / 3600000 AS active_gpu_hours
+        FROM (SELECT fact_id, tenant_id, capacity_fraction AS fr, greatest(valid_from_ms, %(f)s) AS a,
+                     least(valid_to_ms, %(t)s) AS b
+              FROM {db}.capacity_facts FINAL
+              WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
+        INNER JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
+        INNER JOIN (SELECT capacity_fact_id, intDiv(observed_at_ms, 86400000) * 86400000 AS day_ms,
+                           sum(span_ms) AS span, sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
+                    FROM {db}.utilization_facts FINAL
+                    WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
+                    GROUP BY capacity_fact_id, day_ms) AS d ON d.capacity_fact_id = c.fact_id
+        WHERE u.span > 0
+        GROUP BY c.tenant_id, d.day_ms ORDER BY c.tenant_id, d.day_ms"""
+
+
 def platform_capacity_sql(db: str) -> str:
     return f"""SELECT kind, confidence = 'unattributed' AS unattributed, sum({CLIPPED_GPU_MS}) / 3600000 AS gpu_hours
         FROM {db}.capacity_facts FINAL WHERE {IN_WINDOW}
@@ -239,6 +261,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
     rows["outside_inventory"] = reader.query(outside_inventory_sql(db), p)[1]
     rows["tenant_capacity"] = reader.query(tenant_capacity_sql(db), p)[1]
     rows["tenant_utilization"] = reader.query(tenant_utilization_sql(db), p)[1]
+    rows["tenant_daily_utilization"] = reader.query(tenant_daily_utilization_sql(db), p)[1]
     rows["tenant_profiles"] = reader.query(tenant_profile_sql(db), p)[1]
     rows["platform_capacity"] = reader.query(platform_capacity_sql(db), p)[1]
     rows["physical"] = reader.query(physical_sql(db), p)[1]

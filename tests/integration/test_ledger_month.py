@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 import subprocess
 import uuid
 from datetime import datetime
 from decimal import Decimal
+from xml.etree import ElementTree
 
 import orjson
 import pytest
@@ -200,6 +202,42 @@ def test_unused_guaranteed_hours_in_the_showback(month):
     assert tenants["beta"]["entitlement"] is None
 
 
+def _october(hours: dict[int, float]) -> list[float]:
+    """31 days of October from {day of month: hours}, zero elsewhere."""
+    return [hours.get(day, 0.0) for day in range(1, 32)]
+
+
+def test_showback_days_add_up_to_the_period(month):
+    """Per UTC day, by hand from the plan: alpha holds 3 GPUs on a quota of 2 (48 h guaranteed,
+    24 h borrowed, 48 x 2.50 + 24 x 1.50 = 156.00 a day); beta (no quota) 100..400 h, all
+    borrowed at 1.50 (20 h on Oct 5, 24 h to Oct 16, 16 h on Oct 17); gamma 2 GPUs on a quota of
+    1 at 200..500 h without the 3 held-back hours 301..304 (16 h on Oct 9, 21 h on Oct 13, 20 h
+    on Oct 21), each hour guaranteed on one GPU and borrowed on the other (4.00 an hour)."""
+    doc = orjson.loads(month[0].run("showback", "--period", "2026-10", "--format", "json").stdout)
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    beta = {5: 20.0, **{d: 24.0 for d in range(6, 17)}, 17: 16.0}
+    gamma = {9: 16.0, **{d: 24.0 for d in range(10, 21)}, 13: 21.0, 21: 20.0}
+    truth = {"alpha": (_october(dict.fromkeys(range(1, 32), 48.0)), _october(dict.fromkeys(range(1, 32), 24.0)),
+                       _october(dict.fromkeys(range(1, 32), 156.0))),
+             "beta": (_october({}), _october(beta), _october({d: h * 1.5 for d, h in beta.items()})),
+             "gamma": (_october(gamma), _october(gamma), _october({d: h * 4 for d, h in gamma.items()}))}
+    for tid, (guaranteed, borrowed, cost) in truth.items():
+        e, days = tenants[tid], tenants[tid]["daily"]
+        assert [d["day"] for d in days] == [f"2026-10-{i:02d}" for i in range(1, 32)]
+        assert [d["guaranteed_gpu_hours"] for d in days] == pytest.approx(guaranteed, abs=1e-6), tid
+        assert [d["borrowed_gpu_hours"] for d in days] == pytest.approx(borrowed, abs=1e-6), tid
+        assert [d["gpu_hour_cost"] for d in days] == cost, tid
+        # the days add up to the period: hours to float noise, charges to the cent
+        assert sum(d["guaranteed_gpu_hours"] for d in days) == pytest.approx(e["guaranteed_gpu_hours"], abs=1e-9)
+        assert sum(d["borrowed_gpu_hours"] for d in days) == pytest.approx(e["borrowed_gpu_hours"], abs=1e-9)
+        assert sum(d["idle_gpu_hours"] for d in days) == pytest.approx(e["idle_allocated_gpu_hours"], abs=1e-9)
+        assert sum(Decimal(str(d["gpu_hour_cost"])) for d in days) == (
+            Decimal(str(e["cost"]["guaranteed"])) + Decimal(str(e["cost"]["borrowed"])))
+        for d in days:  # idle is part of the hours held that day
+            assert 0 <= d["idle_gpu_hours"] <= d["guaranteed_gpu_hours"] + d["borrowed_gpu_hours"] + 1e-9, (tid, d)
+    assert min(d["idle_gpu_hours"] for d in tenants["alpha"]["daily"]) > 0  # SM-active about 0.7 of 72 h
+
+
 def test_statement_renders_in_headless_chromium(month):
     stack, root, doc, _ = month
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -218,6 +256,19 @@ def test_statement_renders_in_headless_chromium(month):
     assert doc["hash"] in dom and "6970.50 USD" in dom and "Why idle reserved capacity still costs" in dom
     assert "prepared by pat on " in dom and "approved by quinn on " in dom
     assert "1,488.000000 GPU-hours × 2.50 USD/GPU-hour" in dom
+    # the day-by-day charts: inline SVG, one bar group per October day, tooltips with the numbers drawn
+    html = page.read_text()
+    svgs = [ElementTree.fromstring(svg) for svg in re.findall(r"<svg .*?</svg>", html, re.S)]
+    assert [svg.get("id") for svg in svgs] == ["chart-hours", "chart-cost"] and "<svg" in dom
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    for svg in svgs:
+        assert len(svg.findall(".//s:g[@class='day']", ns)) == 31
+    tips = [t.text for t in svgs[0].findall(".//s:rect/s:title", ns)]
+    assert tips[:3] == ["2026-10-01: guaranteed 48.000000 GPU-hours", "2026-10-01: borrowed 24.000000 GPU-hours",
+                        tips[2]] and tips[2].startswith("2026-10-01: idle ")
+    costs = [t.text for t in svgs[1].findall(".//s:rect/s:title", ns)]
+    assert costs == [f"2026-10-{i:02d}: GPU-hour charges 156.00 USD" for i in range(1, 32)]
+    assert "the days add up to 4,836.00 USD" in html and "daily-differs" not in html  # 3,720.00 + 1,116.00
 
 
 def test_replaying_the_closed_month_reproduces_its_hash(month):
