@@ -34,6 +34,7 @@ class PodPlan:
     devices: tuple[str, ...] = ()  # explicit device ids (MIG-..., GPU-...::k) instead of whole GPUs
     endpoint: str = ""  # gpuledger.io/endpoint label: a shared model endpoint's serving pod
     waits_for_mig: str = ""  # a MIG profile this pod asks for and never gets: it stays Pending
+    disrupted: str = ""  # "preempted" or "evicted": the cluster ends it at end_ms (DisruptionTarget, Failed)
 
     def sm_at(self, gpu_index: int, t_ms: int) -> float:
         """Deterministic, bounded variation around the mean."""
@@ -179,13 +180,25 @@ def _watch_events(plan: ClusterPlan) -> list[tuple[int, int, str, dict]]:
                  (p.end_ms, "DELETED", "Succeeded"))
         if p.waits_for_mig:
             steps = ((max(p.start_ms, plan.start_ms), "ADDED", "Pending"), (p.end_ms, "DELETED", "Pending"))
-        for t, kind, phase in steps:
+        if p.disrupted:  # marked for disruption, then failed and deleted by the cluster
+            steps = (*steps[:2], (p.end_ms - 30_000, "MODIFIED", "Running"), (p.end_ms, "DELETED", "Failed"))
+        for i, (t, kind, phase) in enumerate(steps):
             if t <= plan.end_ms:
-                events.append((t, 1, kind, pod_object(p.namespace, p.name, p.uid, "" if p.waits_for_mig else p.node,
-                                                      p.start_ms if p.waits_for_mig else created, n, phase,
-                                                      endpoint=p.endpoint, mig_profile=p.waits_for_mig)))
+                obj = pod_object(p.namespace, p.name, p.uid, "" if p.waits_for_mig else p.node,
+                                 p.start_ms if p.waits_for_mig else created, n, phase,
+                                 endpoint=p.endpoint, mig_profile=p.waits_for_mig)
+                if p.disrupted and i >= 2:
+                    obj["status"].update(_disruption_status(p.disrupted))
+                events.append((t, 1, kind, obj))
     events.sort(key=lambda e: (e[0], e[1]))
     return events
+
+
+def _disruption_status(how: str) -> dict:
+    """What the API server shows on a pod the scheduler preempted or the Eviction API evicted."""
+    reason, message = (("PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod")
+                       if how == "preempted" else ("EvictionByEvictionAPI", "Eviction API: evicting"))
+    return {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message}]}
 
 
 def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None] = lambda _: None) -> Path:

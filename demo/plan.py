@@ -10,6 +10,7 @@ re-assigned to another owner), and a shared chat endpoint called by four tenants
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from gpuledger.demo.builder import GpuSpec, det_uuid, gpu_uuid
 from gpuledger.demo.cluster import ClusterPlan, MigLayout, NamespacePlan, PodPlan, SharedGpu, VmPlan
@@ -112,6 +113,9 @@ def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
     scratch = [(start_ms + 2 * H, start_ms + third - 30 * M), (start_ms + third + 30 * M, start_ms + third + 6 * H)]
     for a, z in scratch:
         b.add("scratch", "gpu-node-3", (0, 1), _round(a), _round(z), "trainer-0")
+    # The first trainer-0 is preempted by the scheduler at its end.
+    if b.pods[0].start_ms < b.pods[0].end_ms:
+        b.pods[0] = replace(b.pods[0], disrupted="preempted")
     # The shared endpoint: ml-platform serves chat-llm on 4 GPUs all day.
     b.add("serving", "gpu-node-2", (4, 5, 6, 7), start_ms, end_ms, "chat-llm-0", endpoint="chat-llm")
     groups = {"gpu-node-1": [(0, 1, 2, 3, 4, 5, 6, 7)], "gpu-node-2": [(0, 1, 2, 3)],
@@ -120,6 +124,12 @@ def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
     for node, gs in groups.items():
         for g in gs:
             b.fill(choices, node, g, whole, blocked.get((node, g), []))
+
+    # A vision job on whole GPUs is evicted (the Eviction API: a node drain) at its end.
+    vision = [i for i, p in enumerate(b.pods) if p.namespace == "vision-train" and p.gpus and p.end_ms < end_ms]
+    if vision:
+        first = min(vision, key=lambda i: b.pods[i].start_ms)
+        b.pods[first] = replace(b.pods[first], disrupted="evicted")
 
     # MIG: GPU 0 re-partitioned at noon, GPU 1 fixed; time-slicing: GPUs 2 and 3, 4 replicas.
     n4 = nodes["gpu-node-4"]

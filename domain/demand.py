@@ -1,7 +1,15 @@
-"""Waiting demand for MIG profiles: a pod that asked for ``nvidia.com/mig-<profile>`` and
-waited ``[created, running or deleted)``. Set against free MIG capacity, it shows capacity
-that could not host the profile asked for (fragmentation). A wait becomes a fact once it
-has ended and the watch stream has passed its end.
+"""GPU demand from the watch stream, as facts of two outcomes:
+
+- waiting demand for MIG profiles: a pod that asked for ``nvidia.com/mig-<profile>`` and
+  waited ``[created, running or deleted)`` (outcome ``scheduled`` or ``ended without
+  running``). Set against free MIG capacity, it shows capacity that could not host the
+  profile asked for (fragmentation);
+- demand the cluster took back: a pod that asked for GPUs (whole or MIG) and was ended by
+  preemption or eviction (outcome ``preempted`` or ``evicted``, profile ``""`` for whole
+  GPUs), over its life ``[created, ended)``. Its held capacity is in the capacity facts (by
+  ``pod_uid``): the showback counts the GPU-hours, guaranteed and borrowed, that were reclaimed.
+
+A fact is made once its interval has ended and the watch stream has passed its end.
 
 ``done`` holds the pods whose wait is already a fact. ``prune_done`` keeps it to the pods
 still in the book: run it after ``OwnershipBook.prune``. A pod the book forgot is never
@@ -16,7 +24,9 @@ from dataclasses import dataclass
 from gpuledger.domain.facts import fact_id
 from gpuledger.domain.k8s import OwnershipBook
 
-__all__ = ["DemandFact", "closed_demand", "prune_done"]
+__all__ = ["DISRUPTED", "DemandFact", "closed_demand", "prune_done"]
+
+DISRUPTED = "disrupted"  # the done-key suffix and fact-id part of a preemption or eviction
 
 
 @dataclass(frozen=True)
@@ -31,12 +41,20 @@ class DemandFact:
     instances: int
     waited_from_ms: int
     waited_to_ms: int
-    outcome: str  # scheduled, or ended without running
+    outcome: str  # scheduled, ended without running, preempted, evicted
 
 
 def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, done: set[str]) -> list[DemandFact]:
     out = []
     for pod in book.pods.values():
+        if pod.disruption and (pod.gpus or pod.mig_requests) and f"{pod.uid}/{DISRUPTED}" not in done and \
+                pod.end_ms is not None and pod.end_ms <= k8s_watermark_ms:
+            done.add(f"{pod.uid}/{DISRUPTED}")
+            ns = book.namespace_at(pod.namespace, pod.start_ms)
+            profile, n = ("", pod.gpus) if pod.gpus else sorted(pod.mig_requests.items())[0]
+            out.append(DemandFact(fact_id("demand", cluster_id, pod.uid, DISRUPTED), cluster_id,
+                                  ns.tenant_id if ns else "", pod.namespace, pod.name, pod.uid, profile, n,
+                                  pod.start_ms, pod.end_ms, pod.disruption))
         if not pod.mig_requests or pod.uid in done:
             continue
         ends = [t for t in (pod.running_ms, pod.end_ms) if t is not None]
@@ -56,6 +74,6 @@ def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, d
 
 def prune_done(done: set[str], book: OwnershipBook) -> int:
     """Drop from ``done`` (in place) the pods no longer in ``book``; returns how many."""
-    gone = [uid for uid in done if uid not in book.pods]
+    gone = [key for key in done if key.split("/", 1)[0] not in book.pods]
     done.difference_update(gone)
     return len(gone)

@@ -64,6 +64,8 @@ class PodLife:
     endpoint_id: str = ""
     running_ms: int | None = None  # first seen Running: the end of its wait for resources
     mig_requests: dict[str, int] = field(default_factory=dict)  # MIG profile -> instances requested
+    gpus: int = 0  # whole GPUs requested (nvidia.com/gpu)
+    disruption: str = ""  # "preempted" or "evicted": why the cluster ended it (see _disruption)
 
     def covers(self, t_ms: int) -> bool:
         return self.start_ms <= t_ms and (self.end_ms is None or t_ms < self.end_ms)
@@ -150,11 +152,15 @@ class OwnershipBook:
         if life is None:
             labels = meta.get("labels") or {}
             life = PodLife(uid, namespace, name, (obj.get("spec") or {}).get("nodeName") or "",
-                           _created_ms(meta, t_ms), None, labels.get(LABEL_ENDPOINT, ""), None, _mig_requests(obj))
+                           _created_ms(meta, t_ms), None, labels.get(LABEL_ENDPOINT, ""), None, _mig_requests(obj),
+                           _whole_gpus(obj))
             self.pods[uid] = life
             self.pods_by_name.setdefault(f"{namespace}/{name}", []).append(uid)
         if not life.node:
             life.node = (obj.get("spec") or {}).get("nodeName") or ""
+        disrupted = _disruption(obj)
+        if disrupted and (life.end_ms is None or t_ms <= life.end_ms):
+            life.disruption = disrupted
         phase = (obj.get("status") or {}).get("phase")
         if phase == "Running" and (life.running_ms is None or t_ms < life.running_ms):
             life.running_ms = t_ms
@@ -248,7 +254,7 @@ class OwnershipBook:
             "namespaces": [[v.uid, v.name, v.from_ms, v.to_ms, v.tenant_id, v.project_id, v.cost_center]
                            for vs in self.namespaces.values() for v in vs],
             "pods": [[p.uid, p.namespace, p.name, p.node, p.start_ms, p.end_ms, p.endpoint_id, p.running_ms,
-                      p.mig_requests] for p in self.pods.values()],
+                      p.mig_requests, p.gpus, p.disruption] for p in self.pods.values()],
         }
         if self.origin_ms is not None:
             state["origin_ms"] = self.origin_ms
@@ -330,6 +336,38 @@ def _mig_requests(pod: dict) -> dict[str, int]:
                 except (TypeError, ValueError):
                     continue
     return out
+
+
+def _whole_gpus(pod: dict) -> int:
+    """Whole GPUs a pod asks for: ``nvidia.com/gpu`` requests (or limits)."""
+    n = 0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        try:
+            n += int({**(res.get("limits") or {}), **(res.get("requests") or {})}.get("nvidia.com/gpu", 0))
+        except (TypeError, ValueError):
+            continue
+    return n
+
+
+# Why the cluster ended a pod, as the API says it: the DisruptionTarget condition's reason
+# (Kubernetes 1.26+; PreemptionByKubeScheduler before 1.27), or the kubelet's status.reason.
+_DISRUPTION_REASONS = {"PreemptionByScheduler": "preempted", "PreemptionByKubeScheduler": "preempted",
+                       "EvictionByEvictionAPI": "evicted", "DeletionByTaintManager": "evicted",
+                       "DeletionByPodGC": "evicted", "TerminationByKubelet": "evicted"}
+_STATUS_REASONS = {"Evicted": "evicted", "Preempting": "preempted"}
+
+
+def _disruption(pod: dict) -> str:
+    """"preempted", "evicted" or "" from a pod object's status."""
+    status = pod.get("status") or {}
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list) else ():
+        if (isinstance(cond, dict) and cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
+                and cond.get("reason") in _DISRUPTION_REASONS):
+            return _DISRUPTION_REASONS[cond["reason"]]
+    reason = status.get("reason")
+    return _STATUS_REASONS.get(reason, "") if isinstance(reason, str) else ""
 
 
 def _created_ms(meta: dict, observed_at_ms: int) -> int:

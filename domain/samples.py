@@ -139,7 +139,7 @@ class SampleAttribution:
     def forget_demand_done(self) -> None:
         """Drop the demand already emitted for pods the book no longer holds."""
         pods = self.book.pods
-        self.demand_done = {uid for uid in self.demand_done if uid in pods}
+        self.demand_done = {key for key in self.demand_done if key.split("/", 1)[0] in pods}
 
 
 

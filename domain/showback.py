@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from gpuledger.domain.cost import round_cents
 from gpuledger.domain.daily import daily_series
+from gpuledger.domain.preemption import reclaimed_by_tenant
 from gpuledger.domain.pricing import Priced, rounded
 from gpuledger.domain.rows import COST_PARTS, money_reconciliation, price_rows
 from gpuledger.domain.timeutil import format_rfc3339
@@ -35,6 +36,7 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
                 "requests": 0, "successful_requests": 0, "input_tokens": 0, "output_tokens": 0,
                 "confidence_gpu_hours": {"high": 0.0, "medium": 0.0, "modeled": 0.0},
                 "entitlement": None,  # from quotas: guaranteed GPU-hours entitled, used, unused and their list value
+                "reclaimed": None,  # GPU-hours of its pods the cluster preempted or evicted (domain/preemption.py)
                 "cost": None,
             }
         return tenants[tid]
@@ -73,6 +75,8 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         by_class = e["gpu_hours_by_class"].setdefault(gpu_class, {"guaranteed": 0.0, "borrowed": 0.0})
         by_class["guaranteed"] += guaranteed
         by_class["borrowed"] += borrowed
+    for tid, block in reclaimed_by_tenant(rows).items():
+        entry(tid)["reclaimed"] = block
     work = []
     for tid, ep, model, n, ok, tin, tout, queue, ttft, e2e in rows.get("productive_work", ()):
         e = entry(tid)

@@ -13,6 +13,7 @@ PRICING_KINDS = ("ratecards", "quotas", "credits", "endpoints", "suspense")  # r
 
 CLIPPED_GPU_MS = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
 IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
+WAIT_OUTCOMES = "'scheduled', 'ended without running'"  # demand facts that are waits (domain/demand.py)
 
 
 def evidence_end_sql(db: str) -> str:
@@ -159,7 +160,8 @@ def unhostable_sql(db: str) -> str:
                       c.profile != d.profile) / 3600000 AS free_other_h
             FROM (SELECT fact_id, profile, greatest(waited_from_ms, %(f)s) AS a, least(waited_to_ms, %(t)s) AS b,
                          (b - a) / 3600000 AS waited_h
-                  FROM {db}.demand_facts FINAL WHERE waited_to_ms > %(f)s AND waited_from_ms < %(t)s) AS d
+                  FROM {db}.demand_facts FINAL
+                  WHERE outcome IN ({WAIT_OUTCOMES}) AND waited_to_ms > %(f)s AND waited_from_ms < %(t)s) AS d
             CROSS JOIN (SELECT gpu_class, profile, capacity_fraction, valid_from_ms, valid_to_ms
                         FROM {db}.capacity_facts FINAL
                         WHERE mode = 'mig' AND kind = 'unallocated' AND {IN_WINDOW}) AS c
@@ -172,8 +174,16 @@ def held_intervals_sql(db: str) -> str:
     """Every allocated interval of a tenant with its SKU (class, class/MIG or vGPU profile),
     for the guaranteed/borrowed sweep against quotas."""
     return f"""SELECT tenant_id, gpu_class, if(profile = '', gpu_class, concat(gpu_class, '/', profile)),
-            valid_from_ms, valid_to_ms, capacity_fraction, confidence
+            valid_from_ms, valid_to_ms, capacity_fraction, confidence, pod_uid
         FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}"""
+
+
+def disrupted_pods_sql(db: str) -> str:
+    """Pods the cluster ended by preemption or eviction (demand facts, domain/demand.py) whose
+    lives overlap the window: pod UID -> outcome."""
+    return f"""SELECT pod_uid, any(outcome) FROM {db}.demand_facts FINAL
+        WHERE outcome IN ('preempted', 'evicted') AND waited_to_ms > %(f)s AND waited_from_ms < %(t)s
+        GROUP BY pod_uid ORDER BY pod_uid"""
 
 
 def endpoint_intervals_sql(db: str) -> str:
@@ -287,6 +297,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
                                 "physical": reader.query(class_physical_sql(db), w)[1],
                                 "buckets": reader.query(class_buckets_sql(db), w)[1]})
     rows["held"] = reader.query(held_intervals_sql(db), p)[1]
+    rows["disrupted_pods"] = reader.query(disrupted_pods_sql(db), p)[1]
     rows["endpoint_intervals"] = reader.query(endpoint_intervals_sql(db), p)[1]
     rows["hourly_tokens"] = reader.query(hourly_tokens_sql(db), p)[1]
     rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]

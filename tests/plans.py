@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuledger.demo.builder import GpuSpec, det_uuid, gpu_uuid
 from gpuledger.demo.cluster import ClusterPlan, NamespacePlan, PodPlan
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
@@ -55,6 +57,22 @@ def truth_plan(hours: int = 3) -> ClusterPlan:
 # alpha holds 2 GPUs 0..60 and 1 GPU 30..120 with 1 guaranteed; beta has no quota;
 # gamma never holds more than its 2 guaranteed.
 QUOTA_TRUTH = {"alpha": (2.0, 0.5 * 1 + 0.5 * 2), "beta": (0.0, 0.5 + 50 / 60), "gamma": (2.5, 0.0)}
+
+
+def preemption_plan() -> ClusterPlan:
+    """``truth_plan`` where the cluster ends two pods: alpha's 2-GPU ``train-0`` (0..60 min) is
+    preempted, beta's ``trainer-0`` (1 GPU, 10..60 min) is evicted."""
+    plan = truth_plan()
+    how = {("alpha-ns", "train-0"): "preempted", ("scratch", "trainer-0", T0 + 10 * M): "evicted"}
+    pods = [replace(p, disrupted=how.get((p.namespace, p.name)) or how.get((p.namespace, p.name, p.start_ms)) or "")
+            for p in plan.pods]
+    return replace(plan, pods=pods)
+
+
+# alpha (quota 1) holds train-0's 2 GPUs 0..60 min and eval-0's 1 GPU 30..120 min. 0..30: half of
+# train-0 is guaranteed (0.5 h guaranteed, 0.5 h borrowed); 30..60: a third (1/3 h, 2/3 h).
+# beta has no quota: trainer-0's 50 min are borrowed.
+PREEMPTION_TRUTH = {"alpha": ("preempted", 2.0, 0.5 + 2 / 3), "beta": ("evicted", 50 / 60, 50 / 60)}
 
 
 def expected_allocated_hours(plan: ClusterPlan) -> dict[str, float]:

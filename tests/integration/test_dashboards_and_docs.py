@@ -330,6 +330,14 @@ def test_docs_answers_agree_with_the_showback(demo):
     assert ("capacity held without a tenant", "sandbox", "notebook-0", 1.0) in {(r[0], r[2], r[3], r[4]) for r in rows}
     _, rows = demo.store.query(question(8)[1])
     assert {r[1]: bool(r[-1]) for r in rows} == {"wants-2g": True, "wants-4g": False}
+    _, rows = demo.store.query(question(13)[0])  # the demo's preempted and evicted pods
+    held: dict[tuple[str, str], float] = {}
+    for tenant, _, _, outcome, _, hours in rows:
+        held[(tenant, outcome)] = held.get((tenant, outcome), 0.0) + hours
+    reclaimed = {(t, o): e["reclaimed"][f"{o}_gpu_hours"] for t, e in tenants.items() if e["reclaimed"]
+                 for o in ("preempted", "evicted") if e["reclaimed"][f"pods_{o}"]}
+    assert set(held) == set(reclaimed) == {("vision", "evicted")}  # the 6-hour demo evicts one vision job
+    assert held == pytest.approx(reclaimed, abs=1e-3)
 
 
 def panel_rows(demo: Demo, stem: str, title: str) -> list[tuple]:
