@@ -308,7 +308,8 @@ def cmd_export(s: Settings, args) -> int:
 
 
 def _statement_daily(store, doc: dict, tenant: str) -> list[dict]:
-    """The tenant's days of a closed period, from the facts (the ledger keeps period totals)."""
+    """The tenant's days of a closed period, from the facts (for a period closed before the
+    document kept them)."""
     from gpuledger.domain.daily import daily_series
     from gpuledger.domain.ledger import billing_policy
     from gpuledger.domain.rows import price_rows
@@ -326,9 +327,11 @@ def cmd_statement(s: Settings, args) -> int:
         period = _period(args)
         store = _ledger_engine(s)
         doc = _closed(s, period, store)
-        known = any(t["tenant_id"] == args.tenant for t in doc["tenants"])
-        _write(render_statement(doc, args.tenant, _statement_daily(store, doc, args.tenant) if known else None),
-               args.out)
+        mine = next((t for t in doc["tenants"] if t["tenant_id"] == args.tenant), None)
+        daily = None if mine is None else (  # closed with its days (hashed), or drawn from the facts now
+            [{k: v if k == "day" or v is None else float(v) for k, v in d.items()} for d in mine["daily"]]
+            if "daily" in mine else _statement_daily(store, doc, args.tenant))
+        _write(render_statement(doc, args.tenant, daily), args.out)
     except StatementError as exc:
         raise UsageError(str(exc)) from exc
     return 0

@@ -26,7 +26,7 @@ __all__ = ["ClosePolicy", "LEDGER_FORMAT", "NORMALIZATION_VERSION", "build_ledge
            "line_doc", "line_from_doc", "refusals"]
 
 LEDGER_FORMAT = "gpuledger-ledger/1"
-FACT_SCHEMAS = "capacity_fact/2 utilization_fact/2 request_fact/1 demand_fact/1"
+FACT_SCHEMAS = "capacity_fact/2 utilization_fact/2 request_fact/1 demand_fact/2"
 UNHASHED = ("hash", "status", "closed_at", "prepared", "approval", "seal")  # not evidence (domain/approval.py)
 MICRO = Decimal(1_000_000)
 # The rules that turn source records into facts (units, field spellings, cadence, ownership):
@@ -99,7 +99,10 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
     measured = {e["tenant_id"]: {
         **{k: f"{e[k]:.6f}" for k in ("allocated_gpu_hours", "guaranteed_gpu_hours", "borrowed_gpu_hours",
                                       "active_gpu_hours", "idle_allocated_gpu_hours", "service_share_gpu_hours")},
-        "confidence_gpu_hours": {k: f"{v:.6f}" for k, v in e["confidence_gpu_hours"].items()}}
+        "confidence_gpu_hours": {k: f"{v:.6f}" for k, v in e["confidence_gpu_hours"].items()},
+        **({"reclaimed_gpu_hours": {k.removesuffix("_gpu_hours"): f"{v:.6f}" for k, v in e["reclaimed"].items()
+                                    if k.endswith("_gpu_hours")}} if e.get("reclaimed") else {}),
+        **({"daily": [_day(d) for d in e["daily"]]} if e.get("daily") else {})}
         for e in showback["tenants"]}
     micro = priced.micro_gpu_hours
     money = money_reconciliation(priced, lines)
@@ -145,6 +148,12 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "data_gaps": _gaps(showback, priced, context),
         "sources": context["sources"],
     }
+
+
+def _day(d: dict) -> dict:
+    """One day of a tenant's series (domain/daily.py) as the document keeps it: decimal strings."""
+    return {k: v if k == "day" or v is None else (f"{v:.2f}" if k == "gpu_hour_cost" else f"{v:.6f}")
+            for k, v in d.items()}
 
 
 def _commitments(priced: Priced) -> list[dict]:

@@ -115,6 +115,12 @@ def test_the_closed_month_names_the_documents_it_was_priced_with(month):
         assert used[kind] == canonical_sha256(orjson.loads((root / "full" / f"{kind}.json").read_bytes())), kind
     assert used["endpoints"] is None and used["suspense"] is None  # none published
     assert used["inventory"].startswith("sha256:") and len(used["inventory"]) == 71
+    # each tenant's days are in the hashed document, and add up to its closed GPU-hour charges
+    for t in doc["tenants"]:
+        assert [d["day"] for d in t["daily"]] == [f"2026-10-{i:02d}" for i in range(1, 32)], t["tenant_id"]
+        charged = sum(Decimal(ln["amount"]) for ln in doc["lines"] if ln["tenant_id"] == t["tenant_id"]
+                      and ln["payer"] == "tenant" and ln["component"] in ("guaranteed", "borrowed"))
+        assert sum(Decimal(d["gpu_hour_cost"]) for d in t["daily"]) == charged, t["tenant_id"]
 
 
 def test_two_step_close_records_who_prepared_and_who_approved(month):
