@@ -9,8 +9,10 @@ and ``unreconciled`` (physical minus everything the facts account for: evidence 
 over-allocation when negative). Every part is priced at the card's class rates:
 
 - tenants pay guaranteed hours x the guaranteed rate and borrowed hours x the borrowed
-  rate; the guaranteed rate is the list rate, and central funds the difference on borrowed
-  hours as a ``subsidy`` line (negative when borrowing costs more);
+  rate; the class's guaranteed rate is the list rate, and central funds the difference on
+  borrowed hours as a ``subsidy`` line (negative when borrowing costs more); a SKU with rates
+  of its own (``gpu_hour["H100-80GB/1g.10gb"]``: a MIG or vGPU profile) is charged at them,
+  and central funds their difference from the class's list rate the same way;
 - the central account pays every other part at the list rate;
 - variable = successful requests' tokens x the per-million rates;
 - a shared endpoint's cost (its GPU-hours at the owner's blended class rate) is split to
@@ -228,13 +230,13 @@ def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out
                                       q * list_rate, *span, f"{sku} GPU-hours under review (evidence too weak to bill)"))
             elif len(key) == 3:
                 kind, tenant, sku = key
-                rate = rates.get(kind, Decimal(0))
+                rate = card.gpu_hour.get(sku, rates).get(kind, Decimal(0))  # a profile's own rate, else its class's
                 out.lines.append(Line("tenant", tenant, kind, sku, "gpu_hour", q, rate, q * rate, q * list_rate, *span,
                                       f"{kind} {sku} GPU-hours"))
-                if kind == "borrowed" and rate != list_rate:
+                if rate != list_rate:
                     out.lines.append(Line("central", tenant, "subsidy", sku, "gpu_hour", q, list_rate - rate,
                                           q * (list_rate - rate), q * (list_rate - rate), *span,
-                                          f"list minus borrowed rate on {tenant}'s borrowed {sku} GPU-hours"))
+                                          f"list minus {kind} rate on {tenant}'s {kind} {sku} GPU-hours"))
             else:
                 out.lines.append(Line("central", "", key[0], gpu_class, "gpu_hour", q, list_rate, q * list_rate,
                                       q * list_rate, *span, f"{key[0]} {gpu_class} GPU-hours at the list rate"))

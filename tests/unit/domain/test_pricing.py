@@ -153,3 +153,21 @@ def test_committed_quota_must_be_a_flag_or_classes():
     for bad in ("yes", [], [""], 1):
         with pytest.raises(RatecardError, match="committed_quota"):
             _committed_card(bad)
+
+
+def test_a_profile_with_rates_of_its_own_is_charged_at_them_and_central_funds_the_difference():
+    card = parse_ratecards([{"version": "v1p", "valid_from": "2026-10-01T00:00:00Z", "currency": "USD",
+                             "gpu_hour": {"H100": {"guaranteed": "2.50", "borrowed": "1.75"},
+                                          "H100/3g.40gb": {"guaranteed": "2.00", "borrowed": "1.25"}}}])[0]
+    held = [("a", "H100", "H100/3g.40gb", OCT, OCT + 10 * H, 0.5)]  # 5 GPU-h: 1 GPU quota covers all of it
+    held += [("b", "H100", "H100/3g.40gb", OCT, OCT + 4 * H, 0.5)]  # b has no quota: 2 borrowed GPU-h
+    cap = WindowCapacity(OCT, NOV, {"H100": NOV - OCT}, {("H100", "unallocated"): 744 - 7.0})
+    priced = price([(card, cap)], held, QUOTAS, [], [], [], [], (OCT, NOV))
+    lines = {(ln.payer, ln.tenant_id, ln.component): (ln.quantity, ln.rate, ln.amount) for ln in priced.lines
+             if ln.sku_id == "H100/3g.40gb"}
+    assert lines == {("tenant", "a", "guaranteed"): (Decimal(5), Decimal("2.00"), Decimal("10.00")),
+                     ("central", "a", "subsidy"): (Decimal(5), Decimal("0.50"), Decimal("2.50")),
+                     ("tenant", "b", "borrowed"): (Decimal(2), Decimal("1.25"), Decimal("2.50")),
+                     ("central", "b", "subsidy"): (Decimal(2), Decimal("1.25"), Decimal("2.50"))}
+    money = money_reconciliation(priced)
+    assert money["difference"] == 0 and money["recoverable_cost"] == Decimal("1860.00")  # 744 GPU-h x 2.50
