@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gpuledger.domain.bounds import check_rate
 from gpuledger.domain.timeutil import MS_PER_HOUR, parse_rfc3339_ms
 
-__all__ = ["Quota", "QuotaError", "parse_quotas", "split_by_quota", "split_skus_by_quota"]
+__all__ = ["Quota", "QuotaError", "borrowing_over_limits", "parse_quotas", "split_by_quota", "split_skus_by_quota"]
 
 
 class QuotaError(ValueError):
@@ -24,6 +24,7 @@ class Quota:
     guaranteed_gpus: float
     valid_from_ms: int
     valid_to_ms: int | None
+    borrow_limit_gpus: float | None = None  # GPU-equivalents it may hold above its guarantee; None: no limit
 
 
 def parse_quotas(doc: list) -> list[Quota]:
@@ -32,20 +33,63 @@ def parse_quotas(doc: list) -> list[Quota]:
     out = []
     for i, q in enumerate(doc):
         try:
-            reason = check_rate(q["guaranteed_gpus"], "guaranteed_gpus")
-            if reason:
-                raise ValueError(reason)
+            limit = q.get("borrow_limit_gpus")
+            for name, value in (("guaranteed_gpus", q["guaranteed_gpus"]),
+                                *((("borrow_limit_gpus", limit),) if limit is not None else ())):
+                reason = check_rate(value, name)
+                if reason:
+                    raise ValueError(reason)
             out.append(Quota(str(q["tenant_id"]), str(q["gpu_class"]), float(q["guaranteed_gpus"]),
                              parse_rfc3339_ms(q["valid_from"]),
-                             parse_rfc3339_ms(q["valid_to"]) if q.get("valid_to") else None))
+                             parse_rfc3339_ms(q["valid_to"]) if q.get("valid_to") else None,
+                             None if limit is None else float(limit)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise QuotaError(f"quotas[{i}]: {exc!r}; needs tenant_id, gpu_class, guaranteed_gpus, valid_from") from exc
     return out
 
 
-def _quota_at(quotas: list[Quota], t_ms: int) -> float:
+def _in_force(quotas: list[Quota], t_ms: int) -> Quota | None:
     current = [q for q in quotas if q.valid_from_ms <= t_ms and (q.valid_to_ms is None or t_ms < q.valid_to_ms)]
-    return max(current, key=lambda q: q.valid_from_ms).guaranteed_gpus if current else 0.0
+    return max(current, key=lambda q: q.valid_from_ms) if current else None
+
+
+def _quota_at(quotas: list[Quota], t_ms: int) -> float:
+    q = _in_force(quotas, t_ms)
+    return q.guaranteed_gpus if q else 0.0
+
+
+def borrowing_over_limits(held: list[tuple], quotas: list[Quota], from_ms: int,
+                          to_ms: int) -> dict[tuple[str, str], dict[str, float]]:
+    """held: (tenant, class, sku, from_ms, to_ms, GPU-equivalents, ...) -> for each (tenant,
+    class) whose quota in force sets ``borrow_limit_gpus`` at some instant of ``[from_ms,
+    to_ms)``: ``borrow_limit_gpus`` (the latest limit seen), ``peak_borrowed_gpus`` (held above
+    the guarantee, at its highest) and ``gpu_hours_over_limit`` (borrowed beyond the limit,
+    integrated over time)."""
+    limited = {(q.tenant_id, q.gpu_class) for q in quotas if q.borrow_limit_gpus is not None}
+    steps: dict[tuple[str, str], dict[int, float]] = {}
+    for h in held:
+        tenant, gpu_class, a, b, fraction = h[0], h[1], max(h[3], from_ms), min(h[4], to_ms), h[5]
+        if (tenant, gpu_class) in limited and a < b:
+            s = steps.setdefault((tenant, gpu_class), {})
+            s[a] = s.get(a, 0.0) + fraction
+            s[b] = s.get(b, 0.0) - fraction
+    out = {}
+    for key, s in sorted(steps.items()):
+        mine = [q for q in quotas if (q.tenant_id, q.gpu_class) == key]
+        times = sorted(set(s) | {t for q in mine for t in (q.valid_from_ms, q.valid_to_ms) if t and from_ms < t < to_ms})
+        level, peak, over_ms, limit_seen = 0.0, 0.0, 0.0, None
+        for t, nxt in zip(times, times[1:]):
+            level = round(level + s.get(t, 0.0), 9)
+            q = _in_force(mine, t)
+            borrowed = max(0.0, level - (q.guaranteed_gpus if q else 0.0))
+            peak = max(peak, borrowed)
+            if q is not None and q.borrow_limit_gpus is not None:
+                limit_seen = q.borrow_limit_gpus
+                over_ms += max(0.0, borrowed - q.borrow_limit_gpus) * (nxt - t)
+        if limit_seen is not None:
+            out[key] = {"borrow_limit_gpus": limit_seen, "peak_borrowed_gpus": peak,
+                        "gpu_hours_over_limit": over_ms / MS_PER_HOUR}
+    return out
 
 
 def split_by_quota(held: list[tuple[str, str, int, int, float]], quotas: list[Quota], from_ms: int,

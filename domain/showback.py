@@ -14,7 +14,8 @@ from gpuledger.domain.cost import round_cents
 from gpuledger.domain.daily import daily_series
 from gpuledger.domain.preemption import reclaimed_by_tenant
 from gpuledger.domain.pricing import Priced, rounded
-from gpuledger.domain.rows import COST_PARTS, money_reconciliation, price_rows
+from gpuledger.domain.quota import borrowing_over_limits, parse_quotas
+from gpuledger.domain.rows import COST_PARTS, first_valid, money_reconciliation, price_rows
 from gpuledger.domain.timeutil import format_rfc3339
 
 __all__ = ["build_showback", "cost_per_outcome", "render_csv", "render_table"]
@@ -37,6 +38,7 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
                 "confidence_gpu_hours": {"high": 0.0, "medium": 0.0, "modeled": 0.0},
                 "entitlement": None,  # from quotas: guaranteed GPU-hours entitled, used, unused and their list value
                 "reclaimed": None,  # GPU-hours of its pods the cluster preempted or evicted (domain/preemption.py)
+                "borrow_limits": None,  # per class with a borrow limit: the limit, peak borrowed, GPU-hours over it
                 "cost": None,
             }
         return tenants[tid]
@@ -77,6 +79,10 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         by_class["borrowed"] += borrowed
     for tid, block in reclaimed_by_tenant(rows).items():
         entry(tid)["reclaimed"] = block
+    quotas = first_valid(rows.get("quotas", ()), parse_quotas, "quotas")
+    for (tid, gpu_class), over in borrowing_over_limits([tuple(h) for h in rows.get("held", ())], quotas,
+                                                       rows["from_ms"], rows["as_of_ms"]).items():
+        entry(tid)["borrow_limits"] = {**(entry(tid)["borrow_limits"] or {}), gpu_class: over}
     work = []
     for tid, ep, model, n, ok, tin, tout, queue, ttft, e2e in rows.get("productive_work", ()):
         e = entry(tid)

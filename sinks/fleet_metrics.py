@@ -23,7 +23,8 @@ the window (GPU-ms / window ms).
   ``gpuledger_fleet_request_ttft_seconds{...}``: finished requests and latency quantiles.
 - ``gpuledger_fleet_quota_gpus`` (guaranteed quota at the window's end),
   ``gpuledger_fleet_guaranteed_gpus``, ``gpuledger_fleet_borrowed_gpus{cluster_id, tenant_id,
-  gpu_class}`` (held within / above quota, split per instant as in domain/quota.py);
+  gpu_class}`` (held within / above quota, split per instant as in domain/quota.py),
+  ``gpuledger_fleet_borrow_limit_gpus`` (where the quota sets ``borrow_limit_gpus``);
   ``gpuledger_fleet_class_gpus``, ``gpuledger_fleet_class_lendable_gpus`` (in service minus
   every tenant's guaranteed quota: what can be lent without taking a guarantee),
   ``gpuledger_fleet_class_borrowed_gpus{cluster_id, gpu_class}``.
@@ -73,6 +74,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpuledger_fleet_quota_gpus": ("Guaranteed quota at the window's end.", _TC),
     "gpuledger_fleet_guaranteed_gpus": ("GPU-equivalents held within the guaranteed quota.", _TC),
     "gpuledger_fleet_borrowed_gpus": ("GPU-equivalents held above the guaranteed quota (borrowed).", _TC),
+    "gpuledger_fleet_borrow_limit_gpus": ("Most GPU-equivalents the quota lets the tenant borrow, at the window's end.",
+                                          _TC),
     "gpuledger_fleet_class_gpus": ("Physical GPUs of a class in the inventory.", ("cluster_id", "gpu_class")),
     "gpuledger_fleet_class_lendable_gpus": ("GPUs of a class in service beyond every tenant's guaranteed quota.",
                                             ("cluster_id", "gpu_class")),
@@ -94,6 +97,13 @@ _REASON_CLASSES = (  # (text in the reason written by domain/capacity.py or doma
 def reason_class(reason: str) -> str:
     """A bounded label for an unattribution reason (the text names pods and namespaces)."""
     return next((cls for text, cls in _REASON_CLASSES if text in reason), "other")
+
+
+def borrow_limit_at(quotas: list[Quota], tenant_id: str, gpu_class: str, t_ms: int) -> float | None:
+    """The borrow limit of the quota in force at ``t_ms`` (None: no quota, or no limit)."""
+    current = [x for x in quotas if (x.tenant_id, x.gpu_class) == (tenant_id, gpu_class) and x.valid_from_ms <= t_ms
+               and (x.valid_to_ms is None or t_ms < x.valid_to_ms)]
+    return max(current, key=lambda x: x.valid_from_ms).borrow_limit_gpus if current else None
 
 
 def quota_at(quotas: list[Quota], tenant_id: str, gpu_class: str, t_ms: int) -> float:
@@ -172,6 +182,9 @@ def _quotas(reader: QueryPort, p: dict, out: Samples, window_ms: int) -> None:
         for tenant, gpu_class in sorted({(x.tenant_id, x.gpu_class) for x in qs}):
             level = quota_at(qs, tenant, gpu_class, e)
             _add(out, "gpuledger_fleet_quota_gpus", (cluster, tenant, gpu_class), level)
+            limit = borrow_limit_at(qs, tenant, gpu_class, e)
+            if limit is not None:
+                _add(out, "gpuledger_fleet_borrow_limit_gpus", (cluster, tenant, gpu_class), limit)
             guaranteed_by_class[(cluster, gpu_class)] = guaranteed_by_class.get((cluster, gpu_class), 0.0) + level
     for cluster, gpu_class, gpus, unavailable in reader.query(q.class_gpus_sql(db), p)[1]:
         _add(out, "gpuledger_fleet_class_gpus", (cluster, gpu_class), gpus)

@@ -48,7 +48,7 @@ def truth_plan(hours: int = 3) -> ClusterPlan:
         telemetry_gaps=[(nodes["node-a"][0].uuid, T0 + 20 * M, T0 + 40 * M)],
         unavailable=[(nodes["node-b"][2].uuid, T0 + 120 * M, T0 + 150 * M, "maintenance")],
         quotas=[{"tenant_id": "alpha", "gpu_class": "H100-80GB", "guaranteed_gpus": 1, "valid_from": "2026-10-01T00:00:00Z",
-                 "valid_to": None},
+                 "valid_to": None, "borrow_limit_gpus": 2},
                 {"tenant_id": "gamma", "gpu_class": "H100-80GB", "guaranteed_gpus": 2, "valid_from": "2026-10-01T00:00:00Z",
                  "valid_to": None}],
     )

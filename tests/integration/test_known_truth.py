@@ -98,6 +98,16 @@ def test_guaranteed_and_borrowed_by_quota(showback):
         assert guaranteed + borrowed == pytest.approx(tenants[tenant]["allocated_gpu_hours"], abs=1e-6)
 
 
+def test_borrowing_against_the_borrow_limit(showback):
+    """alpha (quota 1, borrow limit 2) borrows 1 GPU 0..30 min and 2 GPUs 30..60 min: its peak
+    is the limit, never over it; gamma's quota sets no limit."""
+    _, doc, _ = showback
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    assert tenants["alpha"]["borrow_limits"] == {
+        "H100-80GB": {"borrow_limit_gpus": 2.0, "peak_borrowed_gpus": 2.0, "gpu_hours_over_limit": 0.0}}
+    assert tenants["gamma"]["borrow_limits"] is None and tenants["beta"]["borrow_limits"] is None
+
+
 def test_idle_classes_account_for_all_capacity(showback):
     _, doc, _ = showback
     p, idle = doc["platform"], doc["platform"]["idle_gpu_hours"]

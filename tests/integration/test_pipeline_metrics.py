@@ -211,6 +211,7 @@ FLEET_AT_60_MIN = {
     "gpuledger_fleet_quota_gpus": {(C, "alpha", "H100-80GB"): 1.0, (C, "gamma", "H100-80GB"): 2.0},
     "gpuledger_fleet_guaranteed_gpus": {(C, "alpha", "H100-80GB"): 1.0, (C, "beta", "H100-80GB"): 0.0},
     "gpuledger_fleet_borrowed_gpus": {(C, "alpha", "H100-80GB"): 3.0, (C, "beta", "H100-80GB"): 2.0},
+    "gpuledger_fleet_borrow_limit_gpus": {(C, "alpha", "H100-80GB"): 2.0},
     "gpuledger_fleet_class_gpus": {(C, "H100-80GB"): 8.0},
     "gpuledger_fleet_class_lendable_gpus": {(C, "H100-80GB"): 4.0},
     "gpuledger_fleet_class_borrowed_gpus": {(C, "H100-80GB"): 5.0},
@@ -255,7 +256,8 @@ def test_the_rules_fire_on_these_gauges(run, tmp_path):
     series.append({"series": 'up{instance="worker:9101",job="gpuledger-worker"}', "values": "1x120"})  # scraped, up
     firing = {("AllocationWithoutTenantIdentity", "finance"): 1, ("UnattributedAboveClosePolicy", "finance"): 1,
               ("AllocatedButIdle", "capacity"): 1, ("GpuHealthIncident", "platform"): 2,
-              ("InferenceQueueSloBreach", "capacity"): 2, ("BorrowedCapacityNearLimit", "capacity"): 1}
+              ("InferenceQueueSloBreach", "capacity"): 2, ("BorrowedCapacityNearLimit", "capacity"): 1,
+              ("TenantBorrowOverLimit", "capacity"): 1}  # alpha borrows 3 H100s, its limit is 2
     test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series,
         "promql_expr_test": [{"expr": 'count by (alertname, owner) (ALERTS{alertstate="firing"})', "eval_time": "90m",

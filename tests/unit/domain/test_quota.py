@@ -3,6 +3,7 @@
 import pytest
 
 from gpuledger.domain.quota import QuotaError, parse_quotas, split_by_quota
+from gpuledger.domain.timeutil import parse_rfc3339_ms
 
 H = 3_600_000
 
@@ -40,4 +41,25 @@ def test_bad_quota_names_the_entry():
 def test_a_quota_that_is_not_a_finite_non_negative_number_is_refused(guaranteed):
     with pytest.raises(QuotaError, match=r"quotas\[0\]"):
         parse_quotas([{"tenant_id": "t", "gpu_class": "H100", "guaranteed_gpus": guaranteed,
+                       "valid_from": "2026-10-01T00:00:00Z"}])
+
+
+def test_borrowing_beyond_the_limit_is_integrated_and_the_peak_kept():
+    from gpuledger.domain.quota import borrowing_over_limits
+
+    t0 = parse_rfc3339_ms("2026-10-01T00:00:00Z")
+    h = 3_600_000
+    quotas = parse_quotas([
+        {"tenant_id": "a", "gpu_class": "H100", "guaranteed_gpus": 1, "borrow_limit_gpus": 1,
+         "valid_from": "2026-10-01T00:00:00Z", "valid_to": "2026-10-01T01:00:00Z"},
+        {"tenant_id": "a", "gpu_class": "H100", "guaranteed_gpus": 1, "borrow_limit_gpus": 2,
+         "valid_from": "2026-10-01T01:00:00Z"},
+        {"tenant_id": "b", "gpu_class": "H100", "guaranteed_gpus": 0, "valid_from": "2026-10-01T00:00:00Z"}])
+    held = [("a", "H100", "H100", t0, t0 + 2 * h, 3.0), ("a", "H100", "H100/3g.40gb", t0 + 2 * h, t0 + 5 * h, 0.5),
+            ("b", "H100", "H100", t0, t0 + 5 * h, 4.0)]
+    # a borrows 2 GPUs 0..2 h: 1 over its limit of 1 in the first hour, none over the limit of 2 after
+    assert borrowing_over_limits(held, quotas, t0, t0 + 24 * h) == {
+        ("a", "H100"): {"borrow_limit_gpus": 2.0, "peak_borrowed_gpus": 2.0, "gpu_hours_over_limit": 1.0}}
+    with pytest.raises(QuotaError, match="borrow_limit_gpus"):
+        parse_quotas([{"tenant_id": "a", "gpu_class": "H100", "guaranteed_gpus": 1, "borrow_limit_gpus": -1,
                        "valid_from": "2026-10-01T00:00:00Z"}])
