@@ -122,6 +122,16 @@ def render_statement(doc: dict, tenant_id: str, daily: list[dict] | None = None)
                  f"settlement appears as its own line, or as a correction in a later statement.</p><table>"
                  f"<tr><th>component</th><th>SKU</th><th>basis</th><th class='num'>list value</th></tr>"
                  f"{_rows(review, currency)}</table>")
+    reclaimed = summary.get("reclaimed_gpu_hours")
+    took = "" if not reclaimed else (
+        "<h2 id='reclaimed'>Capacity the cluster took back</h2><p>GPU-hours held by your pods that the scheduler "
+        "preempted or the cluster evicted before they finished; the hours they held are charged like any other, "
+        "and borrowed capacity is what a quota owner's claim can take back.</p><table><tr><th>outcome</th>"
+        "<th class='num'>GPU-hours held</th><th class='num'>of which borrowed</th></tr>"
+        + "".join(f"<tr><td>{o}</td><td class='num'>{escape(reclaimed[o])}</td>"
+                  f"<td class='num'>{escape(reclaimed[o + '_borrowed'])}</td></tr>"
+                  for o in ("preempted", "evicted") if Decimal(reclaimed.get(o, "0")))
+        + "</table>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Statement {escape(tenant_id)} {escape(doc['period'])}</title>
 <style>{_CSS}</style></head><body>
@@ -144,6 +154,7 @@ and {idle:,.3f} were idle (held but the devices did no work). Guaranteed capacit
 or not it is busy: while you hold it, no other tenant can be promised it, so it is charged at the guaranteed
 rate either way. Borrowed capacity above your quota is charged at the borrowed rate; the platform budget
 funds the difference to the list rate.</p>
+{took}
 <h2>How sure these numbers are</h2>
 <p>GPU-hours by the confidence of the evidence: <em>high</em> — the device was assigned to your pod or VM;
 <em>medium</em> — a shared device with your own telemetry series; <em>modeled</em> — a time-sliced device

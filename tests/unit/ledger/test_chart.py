@@ -108,3 +108,14 @@ def test_statement_says_when_the_days_differ_from_the_close():
 def test_statement_without_days_has_no_chart():
     page = render_statement(_ledger(), "t1")
     assert "<svg" not in page and "Day by day" not in page
+
+
+def test_statement_shows_the_capacity_the_cluster_took_back():
+    doc = _ledger()
+    assert "id='reclaimed'" not in render_statement(doc, "t1")
+    doc["tenants"][0]["reclaimed_gpu_hours"] = {"preempted": "6.000000", "preempted_borrowed": "4.500000",
+                                                "evicted": "0.000000", "evicted_borrowed": "0.000000"}
+    page = render_statement(doc, "t1")
+    section = page[page.index("id='reclaimed'"):page.index("How sure")]
+    assert "<td>preempted</td><td class='num'>6.000000</td><td class='num'>4.500000</td>" in section
+    assert "evicted" not in section.split("</p>", 1)[1]  # no row for an outcome that did not happen
