@@ -4,10 +4,12 @@
   waited ``[created, running or deleted)`` (outcome ``scheduled`` or ``ended without
   running``). Set against free MIG capacity, it shows capacity that could not host the
   profile asked for (fragmentation);
-- demand the cluster took back: a pod that asked for GPUs (whole or MIG) and was ended by
-  preemption or eviction (outcome ``preempted`` or ``evicted``, profile ``""`` for whole
-  GPUs), over its life ``[created, ended)``. Its held capacity is in the capacity facts (by
-  ``pod_uid``): the showback counts the GPU-hours, guaranteed and borrowed, that were reclaimed.
+- how a GPU pod's life ended: every pod that asked for GPUs (whole or MIG), over its life
+  ``[created, ended)``, with outcome ``completed`` (phase Succeeded: a finished job),
+  ``failed``, ``deleted`` (while pending or running), or — when the cluster ended it —
+  ``preempted`` or ``evicted``; profile ``""`` for whole GPUs. Its held capacity is in the
+  capacity facts (by ``pod_uid``): the showback counts the GPU-hours, guaranteed and
+  borrowed, the cluster took back, and the cost per completed job.
 
 A fact is made once its interval has ended and the watch stream has passed its end.
 
@@ -24,9 +26,10 @@ from dataclasses import dataclass
 from gpuledger.domain.facts import fact_id
 from gpuledger.domain.k8s import OwnershipBook
 
-__all__ = ["DISRUPTED", "DemandFact", "closed_demand", "prune_done"]
+__all__ = ["ENDED", "DemandFact", "closed_demand", "prune_done"]
 
-DISRUPTED = "disrupted"  # the done-key suffix and fact-id part of a preemption or eviction
+ENDED = "ended"  # the done-key suffix and fact-id part of a pod's end
+_END_OUTCOMES = {"Succeeded": "completed", "Failed": "failed"}
 
 
 @dataclass(frozen=True)
@@ -41,20 +44,21 @@ class DemandFact:
     instances: int
     waited_from_ms: int
     waited_to_ms: int
-    outcome: str  # scheduled, ended without running, preempted, evicted
+    outcome: str  # waits: scheduled, ended without running; ends: completed, failed, deleted, preempted, evicted
 
 
 def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, done: set[str]) -> list[DemandFact]:
     out = []
     for pod in book.pods.values():
-        if pod.disruption and (pod.gpus or pod.mig_requests) and f"{pod.uid}/{DISRUPTED}" not in done and \
+        if (pod.gpus or pod.mig_requests) and f"{pod.uid}/{ENDED}" not in done and \
                 pod.end_ms is not None and pod.end_ms <= k8s_watermark_ms:
-            done.add(f"{pod.uid}/{DISRUPTED}")
+            done.add(f"{pod.uid}/{ENDED}")
             ns = book.namespace_at(pod.namespace, pod.start_ms)
             profile, n = ("", pod.gpus) if pod.gpus else sorted(pod.mig_requests.items())[0]
-            out.append(DemandFact(fact_id("demand", cluster_id, pod.uid, DISRUPTED), cluster_id,
+            outcome = pod.disruption or _END_OUTCOMES.get(pod.end_phase, "deleted")
+            out.append(DemandFact(fact_id("demand", cluster_id, pod.uid, ENDED), cluster_id,
                                   ns.tenant_id if ns else "", pod.namespace, pod.name, pod.uid, profile, n,
-                                  pod.start_ms, pod.end_ms, pod.disruption))
+                                  pod.start_ms, pod.end_ms, outcome))
         if not pod.mig_requests or pod.uid in done:
             continue
         ends = [t for t in (pod.running_ms, pod.end_ms) if t is not None]

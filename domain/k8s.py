@@ -66,6 +66,7 @@ class PodLife:
     mig_requests: dict[str, int] = field(default_factory=dict)  # MIG profile -> instances requested
     gpus: int = 0  # whole GPUs requested (nvidia.com/gpu)
     disruption: str = ""  # "preempted" or "evicted": why the cluster ended it (see _disruption)
+    end_phase: str = ""  # the phase it ended in: Succeeded, Failed, or "" (deleted while pending or running)
 
     def covers(self, t_ms: int) -> bool:
         return self.start_ms <= t_ms and (self.end_ms is None or t_ms < self.end_ms)
@@ -167,6 +168,7 @@ class OwnershipBook:
         if event_type == "DELETED" or phase in _TERMINAL_PHASES:
             if life.end_ms is None or t_ms < life.end_ms:
                 life.end_ms = max(t_ms, life.start_ms)
+                life.end_phase = phase if phase in _TERMINAL_PHASES else ""
 
     # -- as-of lookups -------------------------------------------------------
     def pod_at(self, namespace: str, name: str, t_ms: int) -> PodLife | None:
@@ -254,7 +256,7 @@ class OwnershipBook:
             "namespaces": [[v.uid, v.name, v.from_ms, v.to_ms, v.tenant_id, v.project_id, v.cost_center]
                            for vs in self.namespaces.values() for v in vs],
             "pods": [[p.uid, p.namespace, p.name, p.node, p.start_ms, p.end_ms, p.endpoint_id, p.running_ms,
-                      p.mig_requests, p.gpus, p.disruption] for p in self.pods.values()],
+                      p.mig_requests, p.gpus, p.disruption, p.end_phase] for p in self.pods.values()],
         }
         if self.origin_ms is not None:
             state["origin_ms"] = self.origin_ms

@@ -104,6 +104,11 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
                                     if k.endswith("_gpu_hours")}} if e.get("reclaimed") else {}),
         **({"daily": [_day(d) for d in e["daily"]]} if e.get("daily") else {})}
         for e in showback["tenants"]}
+    for o in (showback.get("cost_per_outcome") or {}).get("tenants", ()):  # the period's charges over its outcomes
+        measured.setdefault(o["tenant_id"], {})["cost_per_outcome"] = {
+            k: (None if o[k] is None else f"{o[k]:.6f}") if k.startswith("per_") else o[k]
+            for k in ("successful_requests", "output_tokens", "completed_jobs", "per_successful_request",
+                      "per_million_output_tokens", "per_completed_job")}
     micro = priced.micro_gpu_hours
     money = money_reconciliation(priced, lines)
     platform = showback["platform"]

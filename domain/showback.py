@@ -148,7 +148,8 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         "endpoints": endpoints,
         "endpoint_refusals": [r for r in rows.get("endpoint_refusals", ()) if tenant is None or r["tenant_id"] == tenant],
         "productive_work": [w for w in work if tenant is None or w["tenant_id"] == tenant],
-        "cost_per_outcome": cost_per_outcome(totals, priced.endpoint_cost if currency else None, work, tenant),
+        "cost_per_outcome": cost_per_outcome(totals, priced.endpoint_cost if currency else None, work, tenant,
+                                             dict(rows.get("completed_jobs", ()))),
         "fragmentation": _fragmentation(rows.get("fragmentation", ()), rows.get("unhostable", ())),
         "platform": platform,
     }
@@ -252,8 +253,15 @@ def _outcome(cost: Decimal | Fraction | None, successful: int, output_tokens: in
             else _money6(exact * 1_000_000 / output_tokens)}
 
 
-def cost_per_outcome(tenant_totals: dict, endpoint_cost: dict | None, work: list[dict], tenant: str | None) -> dict:
-    """Cost per successful request and per million output tokens.
+def _per_job(cost: Decimal | None, completed: int) -> dict:
+    return {"completed_jobs": completed,
+            "per_completed_job": None if cost is None or not completed else _money6(Fraction(cost) / completed)}
+
+
+def cost_per_outcome(tenant_totals: dict, endpoint_cost: dict | None, work: list[dict], tenant: str | None,
+                     jobs: dict[str, int] | None = None) -> dict:
+    """Cost per successful request and per million output tokens; per tenant also per completed
+    job (``jobs``: GPU pods that finished, phase Succeeded, in the window).
 
     - per tenant: everything the tenant is charged in the window (its cost ``total``);
     - per endpoint: the endpoint's own GPU capacity at its owner's rates (what serving cost);
@@ -277,10 +285,13 @@ def cost_per_outcome(tenant_totals: dict, endpoint_cost: dict | None, work: list
             m[0] += Fraction(endpoint_cost.get(ep, Decimal(0))) * ok / ep_ok
         m[1] += ok
         m[2] += tout
-    tenants = sorted(set(tenant_totals) | set(by_tenant))
+    jobs = jobs or {}
+    tenants = sorted(set(tenant_totals) | set(by_tenant) | set(jobs))
     return {
         "tenants": [{"tenant_id": t, **_outcome(tenant_totals.get(t, Decimal(0)) if endpoint_cost is not None else None,
-                                                *by_tenant.get(t, (0, 0)))}
+                                                *by_tenant.get(t, (0, 0))),
+                     **_per_job(tenant_totals.get(t, Decimal(0)) if endpoint_cost is not None else None,
+                                jobs.get(t, 0))}
                     for t in tenants if tenant is None or t == tenant],
         "endpoints": [] if tenant is not None else [
             {"endpoint_id": ep, **_outcome(None if endpoint_cost is None else endpoint_cost.get(ep, Decimal(0)), ok, tout)}

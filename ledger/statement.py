@@ -132,6 +132,17 @@ def render_statement(doc: dict, tenant_id: str, daily: list[dict] | None = None)
                   f"<td class='num'>{escape(reclaimed[o + '_borrowed'])}</td></tr>"
                   for o in ("preempted", "evicted") if Decimal(reclaimed.get(o, "0")))
         + "</table>")
+    outcome = summary.get("cost_per_outcome")
+    per = "" if not outcome else (
+        "<h2 id='per-outcome'>What your charges bought</h2><p>The period's charges (before corrections) over what "
+        "your work produced.</p><table><tr><th>outcome</th><th class='num'>count</th>"
+        f"<th class='num'>charges per outcome ({escape(currency)})</th></tr>"
+        + "".join(f"<tr><td>{label}</td><td class='num'>{outcome[n]:,}</td>"
+                  f"<td class='num'>{escape(outcome[k] or '—')}</td></tr>"
+                  for label, n, k in (("successful requests", "successful_requests", "per_successful_request"),
+                                      ("output tokens (per million)", "output_tokens", "per_million_output_tokens"),
+                                      ("completed jobs", "completed_jobs", "per_completed_job")))
+        + "</table>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Statement {escape(tenant_id)} {escape(doc['period'])}</title>
 <style>{_CSS}</style></head><body>
@@ -155,6 +166,7 @@ or not it is busy: while you hold it, no other tenant can be promised it, so it 
 rate either way. Borrowed capacity above your quota is charged at the borrowed rate; the platform budget
 funds the difference to the list rate.</p>
 {took}
+{per}
 <h2>How sure these numbers are</h2>
 <p>GPU-hours by the confidence of the evidence: <em>high</em> — the device was assigned to your pod or VM;
 <em>medium</em> — a shared device with your own telemetry series; <em>modeled</em> — a time-sliced device

@@ -178,6 +178,13 @@ def held_intervals_sql(db: str) -> str:
         FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}"""
 
 
+def completed_jobs_sql(db: str) -> str:
+    """GPU pods that finished (phase Succeeded) in the window, per tenant (demand facts, domain/demand.py)."""
+    return f"""SELECT tenant_id, count() FROM {db}.demand_facts FINAL
+        WHERE outcome = 'completed' AND waited_to_ms > %(f)s AND waited_to_ms <= %(t)s
+        GROUP BY tenant_id ORDER BY tenant_id"""
+
+
 def disrupted_pods_sql(db: str) -> str:
     """Pods the cluster ended by preemption or eviction (demand facts, domain/demand.py) whose
     lives overlap the window: pod UID -> outcome."""
@@ -298,6 +305,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
                                 "buckets": reader.query(class_buckets_sql(db), w)[1]})
     rows["held"] = reader.query(held_intervals_sql(db), p)[1]
     rows["disrupted_pods"] = reader.query(disrupted_pods_sql(db), p)[1]
+    rows["completed_jobs"] = reader.query(completed_jobs_sql(db), p)[1]
     rows["endpoint_intervals"] = reader.query(endpoint_intervals_sql(db), p)[1]
     rows["hourly_tokens"] = reader.query(hourly_tokens_sql(db), p)[1]
     rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]

@@ -123,6 +123,22 @@ def test_the_closed_month_names_the_documents_it_was_priced_with(month):
         assert sum(Decimal(d["gpu_hour_cost"]) for d in t["daily"]) == charged, t["tenant_id"]
 
 
+def test_cost_per_outcome_in_the_closed_month(month):
+    """By hand from the plan: alpha's 6,970.50 over 2 successful requests and 1 M output tokens
+    (its pod runs past October: no job completed); beta's 755.00 and gamma's 1,782.00 each
+    over one completed job (their pods finish on the 17th and the 21st)."""
+    stack, _, doc, _ = month
+    got = {t["tenant_id"]: t["cost_per_outcome"] for t in doc["tenants"]}
+    assert got["alpha"] == {"successful_requests": 2, "output_tokens": 1_000_000, "completed_jobs": 0,
+                            "per_successful_request": "3485.250000", "per_million_output_tokens": "6970.500000",
+                            "per_completed_job": None}
+    assert (got["beta"]["completed_jobs"], got["beta"]["per_completed_job"]) == (1, "755.000000")
+    assert (got["gamma"]["completed_jobs"], got["gamma"]["per_completed_job"]) == (1, "1782.000000")
+    statement = stack.run("statement", "--period", "2026-10", "--tenant", "gamma").stdout
+    section = statement[statement.index("id='per-outcome'"):statement.index("How sure")]
+    assert "<td>completed jobs</td><td class='num'>1</td><td class='num'>1782.000000</td>" in section
+
+
 def test_two_step_close_records_who_prepared_and_who_approved(month):
     _, _, doc, steps = month
     prepared = steps["prepared"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 
-import orjson
 import pytest
 
 from conftest import Stack
@@ -24,10 +23,8 @@ def showback(broker, tmp_path_factory):
     base = tmp_path_factory.mktemp("preemption")
     stack = Stack(base / "home", f"t{uuid.uuid4().hex[:10]}")
     plan = preemption_plan()
-    stack.run("ingest", str(write_capture(plan, base / "capture")))
-    stack.run("process", "--until-caught-up")
-    out = stack.run("showback", "--from", "2026-10-01T00:00:00Z", "--to", "2026-10-01T03:00:00Z", "--format", "json")
-    return plan, orjson.loads(out.stdout), stack
+    doc = stack.showback_of(write_capture(plan, base / "capture"), "2026-10-01T00:00:00Z", "2026-10-01T03:00:00Z")
+    return plan, doc, stack
 
 
 def test_reclaimed_gpu_hours_per_tenant_are_exact(showback):

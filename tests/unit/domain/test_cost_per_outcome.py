@@ -23,13 +23,15 @@ def test_per_tenant_endpoint_and_model():
     tenants = {t["tenant_id"]: t for t in doc["tenants"]}
     # acme: 1234.56 over 400 successful requests and 2.5 M output tokens
     assert tenants["acme"] == {"tenant_id": "acme", "cost": 1234.56, "successful_requests": 400, "output_tokens": 2_500_000,
-                               "per_successful_request": 3.0864, "per_million_output_tokens": 493.824}
+                               "per_successful_request": 3.0864, "per_million_output_tokens": 493.824,
+                               "completed_jobs": 0, "per_completed_job": None}
     # blue: 10.00 / 203 = 0.04926108..., 10.00 / 1.500007 M = 6.66663555...
     assert (tenants["blue"]["per_successful_request"], tenants["blue"]["per_million_output_tokens"]) == (
         0.049261, 6.666636)
     # coral made requests, none succeeded, and is charged nothing: cost 0, nothing to divide by
     assert tenants["coral"] == {"tenant_id": "coral", "cost": 0.0, "successful_requests": 0, "output_tokens": 0,
-                                "per_successful_request": None, "per_million_output_tokens": None}
+                                "per_successful_request": None, "per_million_output_tokens": None,
+                                "completed_jobs": 0, "per_completed_job": None}
     # delta is charged and served nothing
     assert tenants["delta"]["cost"] == 99.99 and tenants["delta"]["per_successful_request"] is None
     endpoints = {e["endpoint_id"]: e for e in doc["endpoints"]}
@@ -57,3 +59,13 @@ def test_without_a_rate_card_costs_are_null_not_zero():
 def test_one_tenants_view_holds_its_own_line_only():
     doc = cost_per_outcome(TOTALS, ENDPOINTS, WORK, "blue")
     assert [t["tenant_id"] for t in doc["tenants"]] == ["blue"] and doc["endpoints"] == [] and doc["models"] == []
+
+
+def test_cost_per_completed_job_per_tenant():
+    """acme: 1234.56 over 7 finished jobs = 176.365714...; blue finished none; echo finished 2 and is charged nothing."""
+    doc = cost_per_outcome(TOTALS, ENDPOINTS, WORK, None, {"acme": 7, "echo": 2})
+    tenants = {t["tenant_id"]: t for t in doc["tenants"]}
+    assert (tenants["acme"]["completed_jobs"], tenants["acme"]["per_completed_job"]) == (7, 176.365714)
+    assert (tenants["blue"]["completed_jobs"], tenants["blue"]["per_completed_job"]) == (0, None)
+    assert (tenants["echo"]["completed_jobs"], tenants["echo"]["per_completed_job"]) == (2, 0.0)
+    assert cost_per_outcome(TOTALS, None, WORK, None, {"acme": 7})["tenants"][0]["per_completed_job"] is None

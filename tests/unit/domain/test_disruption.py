@@ -58,17 +58,26 @@ def test_a_gpu_pod_ended_by_the_cluster_is_one_fact_over_its_life(ending, outcom
     assert prune_done(done, book) == 0 and done
 
 
-def test_pods_that_end_by_themselves_or_ask_no_gpu_are_not_disruptions():
+def test_pods_that_end_by_themselves_are_completed_or_failed_and_pods_without_gpus_are_not_facts():
     book, done = _book(), set()
     finished = pod_object("batch", "train", "pod-2", "n1", T0, 1)
     book.apply("ADDED", finished, T0)
     book.apply("MODIFIED", _status(finished, "Succeeded"), T0 + H)
+    book.apply("DELETED", _status(finished, "Succeeded"), T0 + 2 * H)  # garbage-collected later: ended at H
+    crashed = pod_object("batch", "crash", "pod-6", "n1", T0, 1)
+    book.apply("ADDED", crashed, T0)
+    book.apply("DELETED", _status(crashed, "Failed"), T0 + H)
+    scaled = pod_object("batch", "serve", "pod-7", "n1", T0, 1)
+    book.apply("ADDED", scaled, T0)
+    book.apply("DELETED", scaled, T0 + H)  # deleted while running
     cpu = pod_object("batch", "web", "pod-3", "n1", T0, 0)
     cpu["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
     book.apply("ADDED", cpu, T0)
     book.apply("MODIFIED", _status(cpu, "Failed", reason="Evicted"), T0 + H)
     assert book.pods["pod-3"].disruption == "evicted" and book.pods["pod-3"].gpus == 0
-    assert closed_demand(book, "c1", T0 + 2 * H, done) == []
+    facts = closed_demand(book, "c1", T0 + 2 * H, done)
+    assert sorted((f.pod_uid, f.outcome, f.waited_to_ms) for f in facts) == [
+        ("pod-2", "completed", T0 + H), ("pod-6", "failed", T0 + H), ("pod-7", "deleted", T0 + H)]
 
 
 def test_a_mig_pod_preempted_names_its_profile_and_keeps_its_wait():
