@@ -299,7 +299,10 @@ class Engine:
 
     # -- output ------------------------------------------------------------------------
     def advance(self) -> FactBatch:
-        """Emit what became final in every unit held."""
+        """Emit what became final in every unit held, and whatever facts records made at once
+        (requests), also of a unit waiting for this worker's broadcast: afterwards no fact is
+        held outside the units' state, so a snapshot taken next counts no record whose facts
+        are not out (the runtime's commit advances first)."""
         k8s_wm = self.broadcast_watermark(self.topics.k8s.name)
         vgpu_wm = self.broadcast_watermark(self.topics.vgpu.name)
         for att in self.bcast.attributors.values():
@@ -315,9 +318,8 @@ class Engine:
             pr, vgpu, dcgm = self._unit_marks(unit)
             for cluster in sorted(unit.attributors):
                 att = unit.attributors[cluster]
-                if att.k8s_watermark_ms > k8s_wm:  # restored ahead of this worker's broadcast: wait for it
-                    continue
-                att.advance(k8s_wm, pr, vgpu, dcgm)
+                if att.k8s_watermark_ms <= k8s_wm:  # one restored ahead of this worker's broadcast waits for it
+                    att.advance(k8s_wm, pr, vgpu, dcgm)
                 batch.extend(att.drain())
         self._prune(k8s_wm)
         return batch

@@ -7,10 +7,15 @@ gives a worker partition ``n`` of every one of them together: unit ``n``
 (streams/engine.py). A second consumer, outside the group, reads the broadcast topics (watch,
 reference documents, vGPU) in full.
 
-Offsets follow durability. Every ``checkpoint_interval_s``, when a rebalance takes units away
-and when caught up:
+Offsets follow durability. Every ``checkpoint_interval_s``, when a rebalance takes units away,
+when caught up and when stopped:
 
-  1. the facts produced since the last commit are flushed to the fact topics and
+  1. the engine is advanced and drained, so every fact of every record taken so far is
+     produced (a request is a fact as soon as it is read, and records parked ahead of the
+     read-ahead are taken at the end of a pass, after that pass's facts were produced: a
+     commit served before the next pass, by the next poll's rebalance or a stop, would
+     otherwise count them in the snapshot and the offsets while their facts were only in
+     memory, and lose them with the unit); then the facts are flushed to the fact topics and
      acknowledged by every in-sync replica (acks=all), with the dead letters;
   2. each unit's state, with the next offset of every partition it reflects, is written to
      its partition of the unit changelog, the broadcast's state to its changelog, and each
@@ -213,7 +218,8 @@ class Worker:
         self.dead.flush()
 
     def _commit(self, numbers: set[int]) -> None:
-        self._flush()  # 1. facts and dead letters acknowledged
+        self._produce_facts()  # 1. the facts of every record the snapshots count, parked ones taken since included
+        self._flush()  # ... and acknowledged, with the dead letters
         for n in sorted(numbers):
             if n in self.engine.units:
                 self.changelog.write_unit(n, self.engine.unit_state(n))  # 2. state + its offsets
@@ -311,7 +317,7 @@ class Worker:
                     del msgs  # the records' values are not held while facts are made
                 self.stats["records"] += got
                 self._produce_facts()
-                got += self._pace()  # parked records taken now: their facts are made on the next pass
+                got += self._pace()  # parked records taken now: their facts go out on the next pass or commit
                 now = time.monotonic()
                 if now - last_extents >= 5.0 and not self.job.until_caught_up and self.job.stop_offsets is None:
                     self._refresh_extents()
