@@ -177,10 +177,10 @@ def cmd_showback(s: Settings, args) -> int:
     from gpuledger.domain.showback import build_showback, render_csv, render_table
     from gpuledger.sinks.query import open_reader
     from gpuledger.sinks.showback_sql import read_showback_rows
-    from gpuledger.domain.suspense import check_bill_confidence
+    from gpuledger.domain.suspense import billing_classes
 
     from_ms, to_ms = _window(args)
-    bill = check_bill_confidence(s.close_bill_confidence.split(","))
+    bill = billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown)
     doc = build_showback(read_showback_rows(open_reader(s.home, s.effective_dsn()), from_ms, to_ms, bill),
                          args.tenant)
     if args.format == "json":
@@ -228,7 +228,7 @@ def _closed(s: Settings, period: str, store=None) -> dict:
 
 def cmd_close(s: Settings, args) -> int:
     from gpuledger.domain.ledger import ClosePolicy
-    from gpuledger.domain.suspense import check_bill_confidence
+    from gpuledger.domain.suspense import billing_classes
     from gpuledger.ledger.close import ApprovalError, approve_period, prepare_period
     from gpuledger.sinks.ledger_store import ClickHouseLedger
     from gpuledger.sinks.progress import job_checkpoint
@@ -248,7 +248,7 @@ def cmd_close(s: Settings, args) -> int:
     else:
         policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio,
                              s.close_max_unpriced_gpu_hours, s.close_max_outside_inventory_gpu_hours,
-                             check_bill_confidence(s.close_bill_confidence.split(",")))
+                             billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown))
         try:
             result = prepare_period(store, ClickHouseLedger(store), job_checkpoint(store), period, policy,
                                     args.by or _login_name(), _wall_ms(), progress)

@@ -32,7 +32,7 @@ def under_review(s: Settings, period: str, tenant: str | None) -> dict:
     from gpuledger.domain.ledger import billing_policy
     from gpuledger.domain.pricing import rounded
     from gpuledger.domain.rows import first_valid, price_rows
-    from gpuledger.domain.suspense import check_bill_confidence, in_force, parse_assignments
+    from gpuledger.domain.suspense import billing_classes, in_force, parse_assignments
     from gpuledger.domain.timeutil import format_rfc3339
     from gpuledger.ledger.close import period_window
     from gpuledger.sinks.ledger_store import ClickHouseLedger
@@ -41,7 +41,7 @@ def under_review(s: Settings, period: str, tenant: str | None) -> dict:
 
     reader = open_reader(s.home, s.effective_dsn())
     closed = next((d for d in ClickHouseLedger(reader).closed() if d["period"] == period), None)
-    bill = billing_policy(closed) if closed else check_bill_confidence(s.close_bill_confidence.split(","))
+    bill = billing_policy(closed) if closed else billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown)
     from_ms, to_ms = period_window(period)
     rows = read_showback_rows(reader, from_ms, to_ms, bill)
     decisions = first_valid(rows.get("suspense", ()), parse_assignments, "suspense decisions")

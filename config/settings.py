@@ -113,6 +113,9 @@ class Settings(BaseSettings):
         "high,medium", pattern=r"^(high|medium|modeled)(,(high|medium|modeled))*$",
         description="Confidence classes of allocated hours that bill tenants (comma-separated); the others are "
         "suspense, under review until `gpuledger suspense assign` settles them.")
+    close_telemetry_unknown: Literal["bill", "suspense"] = Field(
+        "bill", description="Allocated hours without telemetry (the device reported nothing while held): `bill` "
+        "them like the rest, or put them in `suspense`, under review until `gpuledger suspense assign` settles them.")
     close_require_distinct_approver: bool = Field(
         True, description="`close --approve` refuses an approver with the preparer's name (four eyes).")
     failpoint_store_outage: tuple[float, float] | None = Field(

@@ -17,7 +17,7 @@ from decimal import Decimal
 
 import orjson
 
-from gpuledger.domain.pricing import Line, Priced
+from gpuledger.domain.pricing import TELEMETRY_UNKNOWN, Line, Priced
 from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.domain.rows import money_reconciliation
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
@@ -44,10 +44,21 @@ class ClosePolicy:
 
 
 def billing_policy(doc: dict) -> tuple[str, ...] | None:
-    """The confidence classes a closed document billed; None (all) for one closed before
-    suspense existed, so pricing it again books no correction for the policy alone."""
+    """The confidence classes a closed document billed, with ``TELEMETRY_UNKNOWN`` when its
+    hours without telemetry billed (as they did before the policy was recorded); None (all)
+    for one closed before suspense existed, so pricing it again books no correction for the
+    policy alone."""
     policy = doc.get("billing_policy")
-    return None if policy is None else tuple(policy["bill_confidence"])
+    if policy is None:
+        return None
+    unknown = (TELEMETRY_UNKNOWN,) if policy.get("telemetry_unknown", "bill") == "bill" else ()
+    return tuple(policy["bill_confidence"]) + unknown
+
+
+def _policy_doc(bill: tuple[str, ...] | None) -> dict:
+    classes = ("high", "medium", "modeled", TELEMETRY_UNKNOWN) if bill is None else bill
+    return {"bill_confidence": [c for c in classes if c != TELEMETRY_UNKNOWN],
+            "telemetry_unknown": "bill" if TELEMETRY_UNKNOWN in classes else "suspense"}
 
 
 def _hours(micro: int) -> str:
@@ -128,7 +139,7 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "ratecard_version": context["ratecard_versions"][0] if context["ratecard_versions"] else None,
         "ratecard_versions": context["ratecard_versions"],
         "currency": context["currency"],
-        "billing_policy": {"bill_confidence": list(context.get("bill_confidence") or ("high", "medium", "modeled"))},
+        "billing_policy": _policy_doc(context.get("bill_confidence") or None),
         **({"calculation": context["calculation"]} if context.get("calculation") else {}),
         **({"commitments": _commitments(priced)} if priced.commitments else {}),
         "lines": [line_doc(ln) for ln in every],

@@ -40,9 +40,12 @@ from gpuledger.domain.endpoints import MICRO, largest_remainder
 from gpuledger.domain.quota import Quota, entitled_gpu_hours, split_skus_by_quota
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["CENTRAL_BUCKETS", "Credit", "Line", "Priced", "WindowCapacity", "parse_credits", "price", "rounded"]
+__all__ = ["CENTRAL_BUCKETS", "TELEMETRY_UNKNOWN", "Credit", "Line", "Priced", "WindowCapacity", "parse_credits", "price", "rounded"]
 
 MILLION = Decimal(1_000_000)
+# In a billing policy, the pseudo-class that bills allocated hours without telemetry; without
+# it those hours are suspense like an unbilled confidence class (domain/suspense.py).
+TELEMETRY_UNKNOWN = "telemetry_unknown"
 # capacity nobody was charged for, by why (see the idle classes in the showback)
 CENTRAL_BUCKETS = ("unattributed", "unallocated", "fragmentation", "unavailable")
 
@@ -128,14 +131,18 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
           hourly_tokens: list[tuple], endpoints: list[tuple[str, str, dict[str, Fraction]]],
           endpoint_intervals: list[tuple], credits: list[Credit], credit_window: tuple[int, int],
           bill_confidence: tuple[str, ...] | None = None) -> Priced:
-    """held: (tenant, class, sku, from_ms, to_ms, GPU-equivalents[, confidence]); endpoints: (id,
-    owner, weighted units by tenant); credits apply when their period starts inside
-    ``credit_window``. Held hours of a confidence outside ``bill_confidence`` (None: bill all)
+    """held: (tenant, class, sku, from_ms, to_ms, GPU-equivalents[, confidence, pod, covered
+    share]); endpoints: (id, owner, weighted units by tenant); credits apply when their period
+    starts inside ``credit_window``. Held hours of a confidence outside ``bill_confidence``
+    (None: bill all), and the hours without telemetry unless it holds ``TELEMETRY_UNKNOWN``,
     are suspense (domain/suspense.py): out of the quota sweep, priced at the list rate."""
     out = Priced(micro_gpu_hours=dict.fromkeys(("physical", "tenant", "suspense", *CENTRAL_BUCKETS, "unreconciled"),
                                                0))
     billed = [h[:6] for h in held if bill_confidence is None or len(h) < 7 or h[6] in bill_confidence]
     review = [h[:6] for h in held if bill_confidence is not None and len(h) >= 7 and h[6] not in bill_confidence]
+    if bill_confidence is not None and TELEMETRY_UNKNOWN not in bill_confidence:
+        billed, unknown = _without_telemetry([h for h in held if len(h) < 7 or h[6] in bill_confidence])
+        review += unknown
     versions = []
     for card, cap in windows:
         hours = split_skus_by_quota(billed, quotas, cap.from_ms, cap.to_ms)
@@ -173,6 +180,21 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
             out.lines.append(Line("tenant", c.tenant_id, "credit", c.credit_id, "credit", Decimal(1), -c.amount,
                                   -c.amount, -c.amount, version, *span, c.reason or "credit"))
     return out
+
+
+def _without_telemetry(held: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """Split each held interval by the share of it its telemetry covered (9th column, 0..1;
+    None or absent: covered): the covered share bills, the rest is under review. The interval
+    keeps its span and the GPU-equivalents are scaled, so the review hours are exactly the
+    allocated hours without telemetry and the quota sweep sees the covered level."""
+    billed, unknown = [], []
+    for h in held:
+        covered = 1.0 if len(h) < 9 or h[8] is None else min(1.0, max(0.0, float(h[8])))
+        if covered > 0:
+            billed.append((*h[:5], h[5] * covered))
+        if covered < 1:
+            unknown.append((*h[:5], h[5] * (1 - covered)))
+    return billed, unknown
 
 
 def _review_hours(review: list[tuple], from_ms: int, to_ms: int) -> dict[tuple[str, str, str], float]:

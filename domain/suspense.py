@@ -22,14 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from gpuledger.domain.pricing import Line
+from gpuledger.domain.pricing import TELEMETRY_UNKNOWN, Line
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
-__all__ = ["Assignment", "BILL_CONFIDENCE", "CONFIDENCES", "check_bill_confidence", "in_force", "parse_assignments",
+__all__ = ["Assignment", "BILL_CONFIDENCE", "CONFIDENCES", "UNKNOWN_POLICIES", "billing_classes", "check_bill_confidence",
+           "in_force", "parse_assignments",
            "period_of", "settle"]
 
 CONFIDENCES = ("high", "medium", "modeled")  # of a tenant's allocated hours (unattributed has no tenant)
-BILL_CONFIDENCE = ("high", "medium")
+BILL_CONFIDENCE = ("high", "medium", TELEMETRY_UNKNOWN)  # the default policy: hours without telemetry bill
+UNKNOWN_POLICIES = ("bill", "suspense")
 RELEASE = "suspense"
 CENTRAL = "central"
 
@@ -51,6 +53,15 @@ def check_bill_confidence(classes: Iterable[str]) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown confidence class(es) {', '.join(unknown)}: bill from {', '.join(CONFIDENCES)}")
     return tuple(c for c in CONFIDENCES if c in set(classes))
+
+
+def billing_classes(classes: Iterable[str], telemetry_unknown: str) -> tuple[str, ...]:
+    """A billing policy from its settings: the confidence classes that bill, plus
+    ``TELEMETRY_UNKNOWN`` when allocated hours without telemetry bill (``bill``) rather than
+    go to suspense (``suspense``)."""
+    if telemetry_unknown not in UNKNOWN_POLICIES:
+        raise ValueError(f"telemetry_unknown policy {telemetry_unknown!r}: use one of {', '.join(UNKNOWN_POLICIES)}")
+    return check_bill_confidence(classes) + ((TELEMETRY_UNKNOWN,) if telemetry_unknown == "bill" else ())
 
 
 def period_of(ms: int) -> str:

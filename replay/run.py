@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from gpuledger.config import Settings
 from gpuledger.domain.ledger import billing_policy, content_hash
-from gpuledger.domain.suspense import check_bill_confidence
+from gpuledger.domain.suspense import billing_classes
 from gpuledger.ledger.close import build_document
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.ledger_store import ClickHouseLedger
@@ -123,7 +123,7 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
     progress(f"replay {period}: read into {into} in {monotonic() - started:.1f}s; building the ledger document")
     # a closed period is priced again under the billing policy it was closed with
     bill = (billing_policy(closed) if closed is not None
-            else check_bill_confidence(settings.close_bill_confidence.split(",")))
+            else billing_classes(settings.close_bill_confidence.split(","), settings.close_telemetry_unknown))
     doc, _ = build_document(shadow, closed_docs, cp, period, progress, bill)
     doc["status"] = "replayed"
     doc["hash"] = content_hash(doc)

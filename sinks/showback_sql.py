@@ -172,10 +172,14 @@ def unhostable_sql(db: str) -> str:
 
 def held_intervals_sql(db: str) -> str:
     """Every allocated interval of a tenant with its SKU (class, class/MIG or vGPU profile),
-    for the guaranteed/borrowed sweep against quotas."""
-    return f"""SELECT tenant_id, gpu_class, if(profile = '', gpu_class, concat(gpu_class, '/', profile)),
-            valid_from_ms, valid_to_ms, capacity_fraction, confidence, pod_uid
-        FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}"""
+    for the guaranteed/borrowed sweep against quotas; with its confidence, pod, and the share
+    of it (in the window) its telemetry covered, as ``tenant_utilization_sql`` counts coverage."""
+    return f"""SELECT c.tenant_id, c.gpu_class, if(c.profile = '', c.gpu_class, concat(c.gpu_class, '/', c.profile)),
+            c.valid_from_ms, c.valid_to_ms, c.capacity_fraction, c.confidence, c.pod_uid,
+            if(c.b > c.a, least(coalesce(u.span, 0), c.b - c.a) / (c.b - c.a), 1.0) AS covered_share
+        FROM (SELECT *, greatest(valid_from_ms, %(f)s) AS a, least(valid_to_ms, %(t)s) AS b
+              FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
+        LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id"""
 
 
 def completed_jobs_sql(db: str) -> str:

@@ -78,7 +78,7 @@ def month(broker, tmp_path_factory):
 def test_modeled_hours_are_suspense_in_the_closed_month(month):
     _, october = month
     identities(october)
-    assert october["billing_policy"] == {"bill_confidence": ["high", "medium"]}
+    assert october["billing_policy"] == {"bill_confidence": ["high", "medium"], "telemetry_unknown": "bill"}
     suspense = [ln for ln in october["lines"] if ln["payer"] == "suspense"]
     assert [(ln["tenant_id"], ln["sku_id"], Decimal(ln["quantity"]), Decimal(ln["amount"])) for ln in suspense] == [
         ("beta", "H100-80GB", SUSPENSE_HOURS, SUSPENSE_AMOUNT)]

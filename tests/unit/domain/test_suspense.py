@@ -130,3 +130,26 @@ def test_duplicate_decision_ids_and_unknown_classes_are_refused():
     with pytest.raises(ValueError, match="unknown confidence"):
         check_bill_confidence(["high", "certain"])
     assert check_bill_confidence(["modeled", "high"]) == ("high", "modeled")
+
+
+def test_hours_without_telemetry_bill_or_go_to_suspense_by_policy():
+    """a holds 2 GPUs for 10 h; its telemetry covered 3/4 of the interval: under the default
+    policy all 20 h bill; with telemetry_unknown = suspense, 5 h are under review and 15 bill."""
+    from gpuledger.domain.cost import parse_ratecards
+    from gpuledger.domain.pricing import WindowCapacity, price
+    from gpuledger.domain.suspense import billing_classes
+
+    oct_, nov = parse_rfc3339_ms("2026-10-01T00:00:00Z"), parse_rfc3339_ms("2026-11-01T00:00:00Z")
+    card = parse_ratecards([{"version": "v", "valid_from": "2026-10-01T00:00:00Z",
+                             "gpu_hour": {"H100": {"guaranteed": "2.00", "borrowed": "2.00"}}}])[0]
+    held = [("a", "H100", "H100", oct_, oct_ + 10 * 3_600_000, 2.0, "high", "pod-1", 0.75)]
+    cap = WindowCapacity(oct_, nov, {"H100": 2 * (nov - oct_)}, {("H100", "unallocated"): 2 * 744 - 20.0})
+    for policy, billed, review in (("bill", 20, 0), ("suspense", 15, 5)):
+        priced = price([(card, cap)], held, [], [], [], [], [], (oct_, nov), billing_classes(["high"], policy))
+        got = {}
+        for ln in priced.lines:
+            if ln.tenant_id == "a":
+                got[ln.payer] = got.get(ln.payer, 0) + ln.quantity
+        assert (got.get("tenant", 0), got.get("suspense", 0)) == (billed, review), policy
+    with pytest.raises(ValueError, match="telemetry_unknown"):
+        billing_classes(["high"], "ignore")
