@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from gpuledger.domain.bounds import check_rate
 from gpuledger.domain.timeutil import MS_PER_HOUR, parse_rfc3339_ms
 
-__all__ = ["Quota", "QuotaError", "borrowing_over_limits", "parse_quotas", "split_by_quota", "split_skus_by_quota"]
+__all__ = ["Quota", "QuotaError", "borrowing_over_limits", "parse_quotas", "quota_in_force", "split_by_quota",
+           "split_skus_by_quota"]
 
 
 class QuotaError(ValueError):
@@ -48,13 +49,14 @@ def parse_quotas(doc: list) -> list[Quota]:
     return out
 
 
-def _in_force(quotas: list[Quota], t_ms: int) -> Quota | None:
+def quota_in_force(quotas: list[Quota], t_ms: int) -> Quota | None:
+    """Of one tenant's quotas for a class, the one in force at ``t_ms``: the latest to start."""
     current = [q for q in quotas if q.valid_from_ms <= t_ms and (q.valid_to_ms is None or t_ms < q.valid_to_ms)]
     return max(current, key=lambda q: q.valid_from_ms) if current else None
 
 
 def _quota_at(quotas: list[Quota], t_ms: int) -> float:
-    q = _in_force(quotas, t_ms)
+    q = quota_in_force(quotas, t_ms)
     return q.guaranteed_gpus if q else 0.0
 
 
@@ -80,7 +82,7 @@ def borrowing_over_limits(held: list[tuple], quotas: list[Quota], from_ms: int,
         level, peak, over_ms, limit_seen = 0.0, 0.0, 0.0, None
         for t, nxt in zip(times, times[1:]):
             level = round(level + s.get(t, 0.0), 9)
-            q = _in_force(mine, t)
+            q = quota_in_force(mine, t)
             borrowed = max(0.0, level - (q.guaranteed_gpus if q else 0.0))
             peak = max(peak, borrowed)
             if q is not None and q.borrow_limit_gpus is not None:

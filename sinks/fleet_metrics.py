@@ -43,7 +43,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuledger.config import Settings
-from gpuledger.domain.quota import Quota, QuotaError, parse_quotas, split_by_quota
+from gpuledger.domain.quota import Quota, QuotaError, parse_quotas, quota_in_force, split_by_quota
 from gpuledger.sinks import fleet_sql as q
 from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.query import QueryPort
@@ -99,18 +99,16 @@ def reason_class(reason: str) -> str:
     return next((cls for text, cls in _REASON_CLASSES if text in reason), "other")
 
 
-def borrow_limit_at(quotas: list[Quota], tenant_id: str, gpu_class: str, t_ms: int) -> float | None:
-    """The borrow limit of the quota in force at ``t_ms`` (None: no quota, or no limit)."""
-    current = [x for x in quotas if (x.tenant_id, x.gpu_class) == (tenant_id, gpu_class) and x.valid_from_ms <= t_ms
-               and (x.valid_to_ms is None or t_ms < x.valid_to_ms)]
-    return max(current, key=lambda x: x.valid_from_ms).borrow_limit_gpus if current else None
-
-
 def quota_at(quotas: list[Quota], tenant_id: str, gpu_class: str, t_ms: int) -> float:
     """A tenant's guaranteed GPUs of a class at ``t_ms``: the latest quota in force, as domain/quota.py applies it."""
-    current = [x for x in quotas if (x.tenant_id, x.gpu_class) == (tenant_id, gpu_class) and x.valid_from_ms <= t_ms
-               and (x.valid_to_ms is None or t_ms < x.valid_to_ms)]
-    return max(current, key=lambda x: x.valid_from_ms).guaranteed_gpus if current else 0.0
+    q = quota_in_force([x for x in quotas if (x.tenant_id, x.gpu_class) == (tenant_id, gpu_class)], t_ms)
+    return q.guaranteed_gpus if q else 0.0
+
+
+def borrow_limit_at(quotas: list[Quota], tenant_id: str, gpu_class: str, t_ms: int) -> float | None:
+    """The borrow limit of the quota in force at ``t_ms`` (None: no quota, or no limit)."""
+    q = quota_in_force([x for x in quotas if (x.tenant_id, x.gpu_class) == (tenant_id, gpu_class)], t_ms)
+    return q.borrow_limit_gpus if q else None
 
 
 def _add(samples: Samples, name: str, labels: tuple[str, ...], value: float) -> None:
