@@ -40,7 +40,8 @@ from gpuledger.domain.endpoints import MICRO, largest_remainder
 from gpuledger.domain.quota import Quota, entitled_gpu_hours, split_skus_by_quota
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["CENTRAL_BUCKETS", "TELEMETRY_UNKNOWN", "Credit", "Line", "Priced", "WindowCapacity", "parse_credits", "price", "rounded"]
+__all__ = ["CENTRAL_BUCKETS", "TELEMETRY_UNKNOWN", "Credit", "Line", "Priced", "WindowCapacity", "parse_credits", "price",
+           "rounded"]
 
 MILLION = Decimal(1_000_000)
 # In a billing policy, the pseudo-class that bills allocated hours without telemetry; without
@@ -252,7 +253,7 @@ def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out
                                       q * list_rate, *span, f"{sku} GPU-hours under review (evidence too weak to bill)"))
             elif len(key) == 3:
                 kind, tenant, sku = key
-                rate = card.gpu_hour.get(sku, rates).get(kind, Decimal(0))  # a profile's own rate, else its class's
+                rate = card.gpu_hour.get(sku, {}).get(kind, rates.get(kind, Decimal(0)))  # the profile's, else the class's
                 out.lines.append(Line("tenant", tenant, kind, sku, "gpu_hour", q, rate, q * rate, q * list_rate, *span,
                                       f"{kind} {sku} GPU-hours"))
                 if rate != list_rate:

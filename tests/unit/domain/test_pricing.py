@@ -171,3 +171,14 @@ def test_a_profile_with_rates_of_its_own_is_charged_at_them_and_central_funds_th
                      ("central", "b", "subsidy"): (Decimal(2), Decimal("1.25"), Decimal("2.50"))}
     money = money_reconciliation(priced)
     assert money["difference"] == 0 and money["recoverable_cost"] == Decimal("1860.00")  # 744 GPU-h x 2.50
+
+
+def test_a_profile_rate_it_does_not_name_is_its_class_rate():
+    card = parse_ratecards([{"version": "v1q", "valid_from": "2026-10-01T00:00:00Z", "currency": "USD",
+                             "gpu_hour": {"H100": {"guaranteed": "2.50", "borrowed": "1.75"},
+                                          "H100/3g.40gb": {"guaranteed": "2.00"}}}])[0]
+    held = [("b", "H100", "H100/3g.40gb", OCT, OCT + 4 * H, 0.5)]  # no quota: 2 borrowed GPU-h at the class's 1.75
+    cap = WindowCapacity(OCT, NOV, {"H100": NOV - OCT}, {("H100", "unallocated"): 744 - 2.0})
+    (line,) = [ln for ln in price([(card, cap)], held, QUOTAS, [], [], [], [], (OCT, NOV)).lines
+               if ln.payer == "tenant"]
+    assert (line.component, line.rate, line.amount) == ("borrowed", Decimal("1.75"), Decimal("3.50"))
