@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
 
-from gpuledger.domain.cost import cents, parse_ratecards
+from gpuledger.domain.cost import cents
 from gpuledger.domain.pricing import Priced, rounded
-from gpuledger.domain.quota import parse_quotas, split_skus_by_quota
-from gpuledger.domain.rows import first_valid
+from gpuledger.domain.quota import split_skus_by_quota
+from gpuledger.domain.rows import parsed
 from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.domain.timeutil import format_rfc3339
 
@@ -84,10 +84,7 @@ def daily_series(rows: dict, priced: Priced, tenants: Iterable[str]) -> dict[str
     held = [tuple(h) for h in rows.get("held", ())]
     held_by_day = _by_day(held, spans)  # allocation: every held hour
     billed_by_day = _by_day(_billed(held, rows.get("bill_confidence", BILL_CONFIDENCE)), spans)
-    quotas = first_valid(rows.get("quotas", ()), parse_quotas, "quotas")
-    cards = rows.get("cards")
-    if cards is None:
-        cards = first_valid(rows.get("ratecards", ()), parse_ratecards, "rate cards")
+    quotas, cards = parsed(rows, "quotas"), parsed(rows, "ratecards")
     by_version = {c.version: c for c in cards}
     for window in rows.get("windows", ()):
         card = by_version.get(window["version"])

@@ -12,8 +12,8 @@ reported.
 
 from __future__ import annotations
 
-from gpuledger.domain.quota import Quota, parse_quotas, split_skus_by_quota
-from gpuledger.domain.rows import first_valid
+from gpuledger.domain.quota import Quota, split_skus_by_quota
+from gpuledger.domain.rows import parsed
 
 __all__ = ["OUTCOMES", "reclaimed_by_tenant", "reclaimed_gpu_hours"]
 
@@ -43,7 +43,7 @@ def reclaimed_gpu_hours(held: list[tuple], disrupted: dict[str, str], quotas: li
 def reclaimed_by_tenant(rows: dict) -> dict[str, dict]:
     """The showback's per-tenant ``reclaimed`` block from the query rows (``held``,
     ``disrupted_pods``, ``quotas``): totals per outcome and the same per GPU class."""
-    quotas = first_valid(rows.get("quotas", ()), parse_quotas, "quotas")
+    quotas = parsed(rows, "quotas")
     split = reclaimed_gpu_hours([tuple(h) for h in rows.get("held", ())], dict(rows.get("disrupted_pods", ())),
                                 quotas, rows["from_ms"], rows["as_of_ms"])
     out: dict[str, dict] = {}

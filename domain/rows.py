@@ -20,7 +20,7 @@ from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.suspense import BILL_CONFIDENCE, parse_assignments, settle
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["COST_PARTS", "PRICING_PARSERS", "canonical_sha256", "documents_in_force", "first_valid",
+__all__ = ["COST_PARTS", "PRICING_PARSERS", "canonical_sha256", "documents_in_force", "first_valid", "parsed",
            "money_reconciliation", "price_rows"]
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,8 @@ def price_rows(rows: dict) -> Priced:
     """Price the rows; leaves the parsed cards (``cards``), endpoint blocks (``endpoint_blocks``:
     version, blocks) and the endpoint capacity refused for want of a declaration
     (``endpoint_refusals``) in ``rows`` for the documents built from them."""
-    cards = rows["cards"] = first_valid(rows.get("ratecards", ()), parse_ratecards, "rate cards")
-    quotas = first_valid(rows.get("quotas", ()), parse_quotas, "quotas")
-    credits = first_valid(rows.get("credits", ()), parse_credits, "credits")
-    declarations = first_valid(rows.get("endpoints", ()), parse_endpoints, "endpoints")
+    cards = rows["cards"] = parsed(rows, "ratecards")
+    quotas, credits, declarations = parsed(rows, "quotas"), parsed(rows, "credits"), parsed(rows, "endpoints")
     capacity, intervals, rows["endpoint_refusals"] = declared_endpoints(
         declarations, rows["from_ms"], rows.get("endpoint_capacity", ()), rows.get("endpoint_intervals", ()))
     version, blocks, units = _endpoints(rows, capacity)
@@ -48,7 +46,7 @@ def price_rows(rows: dict) -> Priced:
     priced = price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
                    [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
                    intervals, credits, (rows["from_ms"], rows["to_ms"]), rows.get("bill_confidence", BILL_CONFIDENCE))
-    priced.lines = settle(priced.lines, first_valid(rows.get("suspense", ()), parse_assignments, "suspense decisions"))
+    priced.lines = settle(priced.lines, parsed(rows, "suspense"))
     return priced
 
 
@@ -70,6 +68,21 @@ def _in_force(documents: Sequence[str], parse: Callable[[object], list], what: s
 
 PRICING_PARSERS = {"ratecards": parse_ratecards, "quotas": parse_quotas, "credits": parse_credits,
                    "endpoints": parse_endpoints, "suspense": parse_assignments}
+_WHAT = {"ratecards": "rate cards", "suspense": "suspense decisions"}  # as a warning names them
+
+
+def _chosen(rows: dict, kind: str) -> tuple[str | None, list]:
+    """The document of a pricing kind in force for ``rows`` and its parse, chosen once per rows
+    (``first_valid``) and kept in ``rows["in_force"]`` for every reader of the same rows."""
+    cache = rows.setdefault("in_force", {})
+    if kind not in cache:
+        cache[kind] = _in_force(rows.get(kind, ()), PRICING_PARSERS[kind], _WHAT.get(kind, kind))
+    return cache[kind]
+
+
+def parsed(rows: dict, kind: str) -> list:
+    """The parsed document of a pricing kind (``PRICING_PARSERS``) in force for ``rows``."""
+    return _chosen(rows, kind)[1]
 
 
 def canonical_sha256(value: object) -> str:
@@ -81,8 +94,8 @@ def documents_in_force(rows: dict) -> dict[str, str | None]:
     """Per pricing reference kind, the canonical hash of the document that priced ``rows``
     (the one ``first_valid`` chose; None when there was none)."""
     out = {}
-    for kind, parse in PRICING_PARSERS.items():
-        doc = _in_force(rows.get(kind, ()), parse, kind)[0]
+    for kind in PRICING_PARSERS:
+        doc = _chosen(rows, kind)[0]
         out[kind] = None if doc is None else canonical_sha256(orjson.loads(doc))
     return out
 

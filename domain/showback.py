@@ -14,8 +14,8 @@ from gpuledger.domain.cost import round_cents
 from gpuledger.domain.daily import daily_series
 from gpuledger.domain.preemption import reclaimed_by_tenant
 from gpuledger.domain.pricing import Priced, rounded
-from gpuledger.domain.quota import borrowing_over_limits, parse_quotas
-from gpuledger.domain.rows import COST_PARTS, first_valid, money_reconciliation, price_rows
+from gpuledger.domain.quota import borrowing_over_limits
+from gpuledger.domain.rows import COST_PARTS, money_reconciliation, parsed, price_rows
 from gpuledger.domain.timeutil import format_rfc3339
 
 __all__ = ["build_showback", "cost_per_outcome", "render_csv", "render_table"]
@@ -79,8 +79,7 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
         by_class["borrowed"] += borrowed
     for tid, block in reclaimed_by_tenant(rows).items():
         entry(tid)["reclaimed"] = block
-    quotas = first_valid(rows.get("quotas", ()), parse_quotas, "quotas")
-    for (tid, gpu_class), over in borrowing_over_limits([tuple(h) for h in rows.get("held", ())], quotas,
+    for (tid, gpu_class), over in borrowing_over_limits([tuple(h) for h in rows.get("held", ())], parsed(rows, "quotas"),
                                                        rows["from_ms"], rows["as_of_ms"]).items():
         entry(tid)["borrow_limits"] = {**(entry(tid)["borrow_limits"] or {}), gpu_class: over}
     work = []

@@ -3,8 +3,8 @@ every interval is clipped to the window; facts are read FINAL (deduplicated)."""
 
 from __future__ import annotations
 
-from gpuledger.domain.cost import card_windows, parse_ratecards
-from gpuledger.domain.rows import first_valid
+from gpuledger.domain.cost import card_windows
+from gpuledger.domain.rows import parsed
 from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.sinks.query import QueryPort
 
@@ -300,7 +300,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
     rows["clusters"] = clusters
     for kind in PRICING_KINDS:
         rows[kind] = _documents(reader, kind, clusters)
-    cards = first_valid(rows["ratecards"], parse_ratecards, "rate cards")
+    cards = parsed(rows, "ratecards")
     rows["windows"] = []
     for card, a, b in card_windows(cards, from_ms, window_to):
         w = {"f": a, "t": b}
