@@ -115,7 +115,7 @@ bench-fleet: setup
 # users.d) and a command line (a leading "-" would read as an option).
 # To change them, remove .env and the stack's volumes, then run `make .env` again.
 STACK_SECRETS := CLICKHOUSE_ADMIN_PASSWORD CLICKHOUSE_WORKER_PASSWORD CLICKHOUSE_GRAFANA_PASSWORD \
-                 CLICKHOUSE_FINOPS_PASSWORD GRAFANA_ADMIN_PASSWORD
+                 CLICKHOUSE_FINOPS_PASSWORD CLICKHOUSE_APPROVER_PASSWORD GRAFANA_ADMIN_PASSWORD
 env: .env
 .env:
 	@$(PY) -c 'import os, secrets, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600); \

@@ -61,8 +61,9 @@ def seal_hash(doc: dict) -> str:
     return "sha256:" + hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def approve(doc: dict, by: str, at_ms: int, distinct_approver: bool) -> dict:
-    """The closed document: ``doc`` (prepared) approved by ``by`` at ``at_ms``."""
+def approve(doc: dict, by: str, at_ms: int, distinct_approver: bool, login: str | None = None) -> dict:
+    """The closed document: ``doc`` (prepared) approved by ``by`` at ``at_ms``; ``login``: the
+    store login that writes it, where the store has several (recorded as ``approved_login``)."""
     if doc.get("status") != "prepared" or "prepared" not in doc:
         raise ApprovalError(f"{doc.get('period')} is {doc.get('status')!r}, not prepared")
     approver = _name(by, "approver")
@@ -79,6 +80,8 @@ def approve(doc: dict, by: str, at_ms: int, distinct_approver: bool) -> dict:
     out["approval"] = {"prepared_by": preparer, "prepared_at": doc["prepared"]["at"],
                        "prepared_against": doc["prepared"]["against"],
                        "approved_by": approver, "approved_at": format_rfc3339(at_ms)}
+    if login is not None:
+        out["approval"]["approved_login"] = login
     out["seal"] = seal_hash(out)
     return out
 

@@ -18,7 +18,7 @@ from gpuledger.domain.rows import canonical_sha256, documents_in_force, price_ro
 from gpuledger.domain.showback import build_showback
 from gpuledger.domain.timeutil import month_bounds_ms, parse_rfc3339_ms
 from gpuledger.sinks.base import Checkpoint
-from gpuledger.sinks.ledger_store import LedgerPort
+from gpuledger.sinks.ledger_store import LedgerPort, LedgerWriteRefused
 from gpuledger.sinks.query import QueryPort
 from gpuledger.sinks.showback_sql import inventory_in_force_sql, read_showback_rows
 
@@ -144,7 +144,12 @@ def approve_period(ledger: LedgerPort, period: str, by: str, at_ms: int, distinc
     stale = stale_against(doc, [d for d in ledger.closed() if d["period"] < period])
     if stale:
         raise ApprovalError(stale)
-    closed = approve(doc, by, at_ms, distinct_approver)
-    ledger.append(period, closed["hash"], at_ms, closed)
+    closed = approve(doc, by, at_ms, distinct_approver, login=ledger.login())
+    try:
+        ledger.append(period, closed["hash"], at_ms, closed)
+    except LedgerWriteRefused as exc:
+        raise ApprovalError(f"the store refused to write the closed ledger for this login ({exc}): on a ClickHouse "
+                            "server only a login holding the approver role closes a period (deploy/clickhouse/"
+                            "logins.sh creates finops_approver); approve with its DSN in GPULEDGER_CLICKHOUSE_DSN") from exc
     progress(f"close {period}: approved by {closed['approval']['approved_by']} and closed, {closed['hash']}")
     return CloseResult(closed, False, [])

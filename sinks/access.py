@@ -20,7 +20,13 @@ Who reads what:
   reading when the server refuses a table with policies to a user none of them applies to
   (deploy/clickhouse/config.d: ``users_without_row_policies_can_read_rows = false``,
   ``throw_on_unmatched_row_policies = true``).
-- **writer** (the worker) creates the schema and writes facts, checkpoints and closes.
+- **writer** (the worker) creates the schema and writes facts, checkpoints and prepared
+  periods; it may not write the closed ledger (a partial revoke of INSERT on
+  ``ledger_documents``).
+- **approver** (finance's closing authority) reads what finance reads and alone may INSERT
+  into ``ledger_documents``: on a server, ``close --approve`` succeeds only for a login holding
+  it. It is not a reader role (the reader profile is read-only), so an approver login holds
+  this role and no reader role.
 - every **reader** role (tenants, analyst, finance) gets the reader settings profile (read
   only, per-query limits it cannot lift) and a quota counted per login (``access_limits``).
 
@@ -54,10 +60,12 @@ POLICY_TABLES = TENANT_FACT_TABLES + tuple(SHARED_TABLE_FILTERS)
 # What the shared tenants role alone reads of each table it may select: no fact (a tenant's
 # rows come from its own role's policy, ORed in), the rate cards.
 SHARED_ROLE_FILTERS = {**{t: "0" for t in TENANT_FACT_TABLES}, **SHARED_TABLE_FILTERS}
-ANALYST_TABLES = POLICY_TABLES + ("inventory_gpus", "inventory_unavailable")
+ANALYST_TABLES = POLICY_TABLES + ("inventory_gpus", "inventory_unavailable", "capacity_forecasts")
 FINANCE_TABLES = ANALYST_TABLES + ("ledger_documents", "ledger_prepared")
 WRITER_ONLY_TABLES = ("processor_checkpoints",)
 WRITER_PRIVILEGES = ("SELECT", "INSERT", "CREATE DATABASE", "CREATE TABLE", "ALTER ADD COLUMN")
+# The closed ledger: only the approver role writes it (the writer's INSERT is revoked on it).
+CLOSED_LEDGER_TABLE = "ledger_documents"
 
 # Kubernetes label values (where tenant ids come from): quoting them is then never needed.
 _TENANT_ID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
@@ -85,6 +93,7 @@ class Grant:
     privileges: tuple[str, ...]
     database: str
     table: str | None
+    revoke: bool = False  # a partial revoke of a wider grant of the same role
 
     @property
     def target(self) -> str:
@@ -131,6 +140,10 @@ class AccessModel:
         return f"{self.prefix}_writer"
 
     @property
+    def approver(self) -> str:
+        return f"{self.prefix}_approver"
+
+    @property
     def reader_profile(self) -> str:
         return f"{self.prefix}_reader"
 
@@ -140,7 +153,7 @@ class AccessModel:
 
     @property
     def base_roles(self) -> tuple[str, ...]:
-        return self.tenants_role, self.analyst, self.finance, self.writer
+        return self.tenants_role, self.analyst, self.finance, self.writer, self.approver
 
     def tenant_role(self, tenant_id: str) -> str:
         return f"{self.prefix}_tenant_{check_tenant_id(tenant_id)}"
@@ -161,11 +174,14 @@ class AccessModel:
         out += [Grant(self.analyst, ("SELECT",), db, t) for t in ANALYST_TABLES]
         out += [Grant(self.finance, ("SELECT",), db, t) for t in FINANCE_TABLES]
         out.append(Grant(self.writer, WRITER_PRIVILEGES, db, None))
+        out.append(Grant(self.writer, ("INSERT",), db, CLOSED_LEDGER_TABLE, revoke=True))
+        out += [Grant(self.approver, ("SELECT",), db, t) for t in FINANCE_TABLES]
+        out.append(Grant(self.approver, ("INSERT",), db, CLOSED_LEDGER_TABLE))
         return out
 
     def policies(self, tenant_ids: Iterable[str] = ()) -> list[Policy]:
         db = self.database
-        everyone = (self.analyst, self.finance, self.writer)
+        everyone = (self.analyst, self.finance, self.writer, self.approver)
         out = [Policy(f"{self.prefix}_all_rows", db, t, "1", everyone) for t in POLICY_TABLES]
         out += [Policy(f"{self.prefix}_tenants_shared", db, t, cond, (self.tenants_role,))
                 for t, cond in SHARED_ROLE_FILTERS.items()]
@@ -251,7 +267,7 @@ class AccessModel:
         if not held:
             raise ValueError("an identity holds at least one role")
         grants = [g for g in self.grants() if g.role in held]
-        readable = {(g.database, g.table) for g in grants}
+        readable = {(g.database, g.table) for g in grants if not g.revoke}
         conditions: dict[str, list[str]] = {}
         for p in self.policies(tenant_ids):
             if held & set(p.roles) and p.condition not in conditions.setdefault(p.table, []):
@@ -275,8 +291,10 @@ class AccessModel:
 
 
 def _grant_sql(g: Grant, to_role: bool = True) -> str:
-    sql = f"GRANT {', '.join(g.privileges)} ON {g.target}"
-    return f"{sql} TO {_ident(g.role)}" if to_role else sql
+    sql = f"{'REVOKE' if g.revoke else 'GRANT'} {', '.join(g.privileges)} ON {g.target}"
+    if not to_role:
+        return sql
+    return f"{sql} {'FROM' if g.revoke else 'TO'} {_ident(g.role)}"
 
 
 def _policy_sql(p: Policy) -> str:

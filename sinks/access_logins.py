@@ -25,10 +25,12 @@ class StackLogin:
 
 
 def stack_logins(model: AccessModel) -> list[StackLogin]:
-    """The sink and the fleet gauges (writer), Grafana (analyst) and FinOps (finance)."""
+    """The sink and the fleet gauges (writer), Grafana (analyst), FinOps (finance) and who
+    approves a month's close (approver: ``close --approve`` logs in as it)."""
     return [StackLogin("gpuledger_worker", model.writer, "CLICKHOUSE_WORKER_PASSWORD"),
             StackLogin("grafana", model.analyst, "CLICKHOUSE_GRAFANA_PASSWORD"),
-            StackLogin("finops", model.finance, "CLICKHOUSE_FINOPS_PASSWORD")]
+            StackLogin("finops", model.finance, "CLICKHOUSE_FINOPS_PASSWORD"),
+            StackLogin("finops_approver", model.approver, "CLICKHOUSE_APPROVER_PASSWORD")]
 
 
 def logins_script(model: AccessModel, header: str = "") -> str:

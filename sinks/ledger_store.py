@@ -14,9 +14,15 @@ from typing import Protocol
 
 import orjson
 
+from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.clickhouse import ClickHouseStore
 
-__all__ = ["ClickHouseLedger", "LedgerPort", "MemoryLedger"]
+__all__ = ["ClickHouseLedger", "LedgerPort", "LedgerWriteRefused", "MemoryLedger"]
+
+
+class LedgerWriteRefused(PermissionError):
+    """The store refused to write a closed document for this login (on a ClickHouse server only
+    the approver role may: sinks/access.py)."""
 
 
 class LedgerPort(Protocol):
@@ -25,12 +31,19 @@ class LedgerPort(Protocol):
     def closed(self) -> list[dict]: ...
     def prepare(self, period: str, digest: str, prepared_at_ms: int, document: dict) -> None: ...
     def prepared(self, period: str) -> dict | None: ...
+    def login(self) -> str | None: ...
 
 
 @dataclass
 class MemoryLedger:
     rows: list[tuple[str, str, int, bytes]] = field(default_factory=list)
     prepared_rows: list[tuple[str, str, int, bytes]] = field(default_factory=list)
+
+    login_name: str | None = None  # the store's login, where it has several (a server)
+    refuse_closing: bool = False  # the twin of a login without the approver role
+
+    def login(self) -> str | None:
+        return self.login_name
 
     def prepare(self, period: str, digest: str, prepared_at_ms: int, document: dict) -> None:
         self.prepared_rows.append((period, digest, prepared_at_ms, orjson.dumps(document)))
@@ -40,6 +53,8 @@ class MemoryLedger:
         return orjson.loads(max(enumerate(mine), key=lambda ir: (ir[1][2], ir[0]))[1][3]) if mine else None
 
     def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None:
+        if self.refuse_closing:
+            raise LedgerWriteRefused(f"{self.login_name}: not enough privileges to write the closed ledger")
         self.rows.append((period, digest, closed_at_ms, orjson.dumps(document)))
 
     def get(self, period: str) -> dict | None:
@@ -57,9 +72,21 @@ class ClickHouseLedger:
     def __init__(self, store: ClickHouseStore) -> None:
         self.store = store
 
+    def login(self) -> str | None:
+        """The ClickHouse login on a server; None on the embedded engine (one process, one user)."""
+        if self.store.dsn.startswith("chdb"):
+            return None
+        _, rows = self.store.query("SELECT currentUser()")
+        return str(rows[0][0])
+
     def append(self, period: str, digest: str, closed_at_ms: int, document: dict) -> None:
-        self.store.insert("ledger_documents", [[period, digest, closed_at_ms, orjson.dumps(document).decode()]],
-                           ["period", "hash", "closed_at_ms", "document"])
+        try:
+            self.store.insert("ledger_documents", [[period, digest, closed_at_ms, orjson.dumps(document).decode()]],
+                              ["period", "hash", "closed_at_ms", "document"])
+        except StoreError as exc:
+            if "ACCESS_DENIED" in str(exc) or "Not enough privileges" in str(exc):
+                raise LedgerWriteRefused(str(exc).splitlines()[0]) from exc
+            raise
 
     def prepare(self, period: str, digest: str, prepared_at_ms: int, document: dict) -> None:
         self.store.insert("ledger_prepared", [[period, digest, prepared_at_ms, orjson.dumps(document).decode()]],

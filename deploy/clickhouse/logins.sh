@@ -8,6 +8,7 @@
   : "${CLICKHOUSE_WORKER_PASSWORD:?run make .env}"
   : "${CLICKHOUSE_GRAFANA_PASSWORD:?run make .env}"
   : "${CLICKHOUSE_FINOPS_PASSWORD:?run make .env}"
+  : "${CLICKHOUSE_APPROVER_PASSWORD:?run make .env}"
   digest() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
   login() {  # user role password
     printf 'CREATE USER IF NOT EXISTS `%s` IDENTIFIED WITH sha256_hash BY '\''%s'\'';\n' "$1" "$(digest "$3")"
@@ -17,5 +18,6 @@
     login gpuledger_worker gpuledger_writer "$CLICKHOUSE_WORKER_PASSWORD"
     login grafana gpuledger_analyst "$CLICKHOUSE_GRAFANA_PASSWORD"
     login finops gpuledger_finance "$CLICKHOUSE_FINOPS_PASSWORD"
+    login finops_approver gpuledger_approver "$CLICKHOUSE_APPROVER_PASSWORD"
   } | clickhouse client --host 127.0.0.1 --user "$CLICKHOUSE_USER" --password="$CLICKHOUSE_PASSWORD" --multiquery
 )

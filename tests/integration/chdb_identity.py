@@ -8,8 +8,10 @@ filters; ``-`` opens it with the engine's built-in unrestricted user. Run it in 
 working directory: the engine also reads a ``config.xml`` it finds there.
 
 A request is ``{"ensure_schema": true}``, ``{"insert": TABLE, "columns": [...], "rows": [...]}``,
-``{"command": SQL}`` or ``{"sql": SQL, "parameters": {...}}``; each result is ``{"rows": [...]}``
-(``{"ok": true}`` for the others) or ``{"error": "<first line of the engine's refusal>"}``.
+``{"command": SQL}``, ``{"sql": SQL, "parameters": {...}}``, or the two steps of a close through
+the ledger port, ``{"prepare": PERIOD, "by": NAME}`` and ``{"approve": PERIOD, "by": NAME}``;
+each result is ``{"rows": [...]}`` (``{"ok": true}`` for the others, ``{"hash": ...}`` for a
+close step) or ``{"error": "<first line of the engine's refusal>"}``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from pathlib import Path
 
 import clickhouse_connect
 
+from gpuledger.domain.approval import ApprovalError, prepare
+from gpuledger.ledger.close import approve_period
 from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.sinks.ledger_store import ClickHouseLedger
+
+CLOSE_AT_MS = 1_793_491_200_000  # 2026-11-01T00:00:00Z
 
 
 class IdentityStore(ClickHouseStore):
@@ -40,6 +47,15 @@ class IdentityStore(ClickHouseStore):
 def run_request(store: ClickHouseStore, request: dict) -> dict:
     """One request against ``store`` (as above); the engine's refusal is a result, not an error."""
     try:
+        if "prepare" in request:
+            ledger, period = ClickHouseLedger(store), request["prepare"]
+            doc = prepare({"format": "gpuledger-ledger/1", "period": period, "lines": []}, request["by"], CLOSE_AT_MS,
+                          [d for d in ledger.closed() if d["period"] < period])
+            ledger.prepare(request["prepare"], doc["hash"], CLOSE_AT_MS, doc)
+            return {"hash": doc["hash"]}
+        if "approve" in request:
+            done = approve_period(ClickHouseLedger(store), request["approve"], request["by"], CLOSE_AT_MS + 60_000, True)
+            return {"hash": done.document["hash"], "approved_by": done.document["approval"]["approved_by"]}
         if request.get("ensure_schema"):
             store.ensure_schema()
         elif "insert" in request:
@@ -49,7 +65,7 @@ def run_request(store: ClickHouseStore, request: dict) -> dict:
         else:
             _, rows = store.query(request["sql"], request.get("parameters"))
             return {"rows": [list(r) for r in rows]}
-    except StoreError as exc:
+    except (StoreError, ApprovalError) as exc:
         return {"error": str(exc)}
     return {"ok": True}
 

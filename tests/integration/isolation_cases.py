@@ -23,7 +23,8 @@ COLUMNS = {"capacity_facts": CAPACITY_COLUMNS, "utilization_facts": UTILIZATION_
            "request_facts": REQUEST_COLUMNS, "demand_facts": DEMAND_COLUMNS}
 NUMERIC = {"capacity_fraction", "valid_from_ms", "valid_to_ms", "src_partition", "src_offset", "observed_at_ms",
            "span_ms", "sm_active_ratio", "fb_used_bytes", "power_w", "energy_j", "arrived_at_ms", "input_tokens",
-           "output_tokens", "queue_s", "ttft_s", "e2e_s", "instances", "waited_from_ms", "waited_to_ms"}
+           "output_tokens", "queue_s", "ttft_s", "e2e_s", "instances", "waited_from_ms", "waited_to_ms",
+           "scheduled_ms", "running_ms", "priority"}
 ALLOCATIONS = {"acme": 3, "globex": 2, UNATTRIBUTED: 2}  # capacity facts per tenant
 REQUESTS = {"acme": 4, "globex": 3}
 WAITS = {"acme": 1, "globex": 2}
@@ -83,13 +84,16 @@ def load_requests() -> list[tuple[str, dict]]:
                                                                                "model", "gpu_class", "mode",
                                                                                "valid_from_ms", "document_ms"],
                                        "rows": [["c1", "GPU-1", "n1", "H100", "H100-80GB", "exclusive", 0, T0_MS]]}),
-            ("insert ledger_documents", {"insert": "ledger_documents",
-                                         "columns": ["period", "hash", "closed_at_ms", "document"],
-                                         "rows": [["2026-09", "h", T0_MS, '{"lines": ["acme", "globex"]}']]}),
             ("insert processor_checkpoints", {"insert": "processor_checkpoints",
                                               "columns": ["processor", "seq", "offsets", "state"],
                                               "rows": [["attribution", 1, "{}", "{}"]]})]
     return out
+
+
+# The closed ledger: the approver writes it, the writer may not (sinks/access.py).
+CLOSE_REQUEST = ("insert ledger_documents", {"insert": "ledger_documents",
+                                             "columns": ["period", "hash", "closed_at_ms", "document"],
+                                             "rows": [["2026-09", "h", T0_MS, '{"period": "2026-09", "hash": "h", "lines": ["acme", "globex"]}']]})
 
 
 def loaded_counts() -> dict[str, Counter]:

@@ -32,7 +32,7 @@ from gpuledger.sinks.access import TENANT_FACT_TABLES, AccessModel
 from gpuledger.sinks.access_limits import ReaderLimits
 from gpuledger.sinks.access_logins import stack_logins
 from gpuledger.sinks.clickhouse import ClickHouseStore
-from isolation_cases import (TENANTS, Runner, assert_reads_every_tenant, assert_tenant_isolated, load_requests,
+from isolation_cases import (CLOSE_REQUEST, TENANTS, Runner, assert_reads_every_tenant, assert_tenant_isolated, load_requests,
                              probes, refused)
 
 pytestmark = pytest.mark.integration
@@ -72,6 +72,8 @@ def engine(tmp_path_factory) -> EmbeddedEngine:
     results = eng.runner("writer", MODEL.embedded_users_xml(roles=[MODEL.writer]))(load_requests())
     failed = {n: r for n, r in results.items() if "error" in r}
     assert failed == {}, f"the writer's grants did not suffice for the worker's writes: {failed}"
+    closed = eng.runner("approver", MODEL.embedded_users_xml(roles=[MODEL.approver]))([CLOSE_REQUEST])
+    assert closed == {CLOSE_REQUEST[0]: {"ok": True}}, closed
     return eng
 
 
@@ -103,6 +105,52 @@ def test_analyst_and_finance_read_every_tenant_and_only_finance_the_ledger(engin
     finance = engine.runner("finance", MODEL.embedded_users_xml(roles=[MODEL.finance]))(probes("gpuledger", ACME, GLOBEX))
     assert_reads_every_tenant(finance, "finance")
     assert finance["read ledger_documents"] == {"rows": [[1]]}
+
+
+def test_only_the_approver_closes_a_period_and_the_writer_only_prepares(engine):
+    writer = engine.runner("writer-close", MODEL.embedded_users_xml(roles=[MODEL.writer]))(
+        [("prepare", {"prepare": "2026-10", "by": "pat"}), ("approve", {"approve": "2026-10", "by": "quinn"}),
+         ("forge", CLOSE_REQUEST[1])])
+    assert "hash" in writer["prepare"], writer
+    assert "approver role" in writer["approve"].get("error", "") and "ACCESS_DENIED" in writer["approve"]["error"]
+    assert refused(writer["forge"]), "the writer may not write a closed document by hand either"
+    finance = engine.runner("finance-close", MODEL.embedded_users_xml(roles=[MODEL.finance]))(
+        [("approve", {"approve": "2026-10", "by": "quinn"})])
+    assert "error" in finance["approve"], "finance reads the ledger; closing takes the approver role"
+    approver = engine.runner("approver-close", MODEL.embedded_users_xml(roles=[MODEL.approver]))(
+        [("approve", {"approve": "2026-10", "by": "quinn"}), ("again", {"approve": "2026-10", "by": "rosa"}),
+         ("closed", {"sql": "SELECT period, count() FROM gpuledger.ledger_documents WHERE period = '2026-10' "
+                            "GROUP BY period"}),
+         ("facts", {"sql": "SELECT count() > 0 FROM gpuledger.capacity_facts"})] + probes("gpuledger", ACME, GLOBEX)[-3:])
+    assert approver["approve"] == {"hash": writer["prepare"]["hash"], "approved_by": "quinn"}
+    assert approver["again"] == approver["approve"], "re-approving is a no-op: the first approval stands"
+    assert approver["closed"] == {"rows": [["2026-10", 1]]} and approver["facts"] == {"rows": [[True]]}
+    assert refused(approver["drop"]) and refused(approver["delete"])
+
+
+# What the Grafana ClickHouse plugin (v4.20.0, src/data/CHDatasource.ts, CHVariableSupport.tsx)
+# runs for its query builder, schema pickers and autocomplete. ClickHouse keeps system.databases,
+# .tables, .columns and .functions readable even with select_from_system_db_requires_grant
+# (deploy/clickhouse/config.d), showing only what the login's grants let it see.
+EDITOR_PROBES = [
+    ("databases", {"sql": "SHOW DATABASES"}),
+    ("tables", {"sql": "SHOW TABLES FROM gpuledger"}),
+    ("describe", {"sql": 'DESC TABLE "gpuledger"."capacity_facts"'}),
+    ("columns", {"sql": "SELECT name, type, table FROM system.columns WHERE database IN ('gpuledger') "
+                        "AND table = 'capacity_facts'"}),
+    ("system tables", {"sql": "SELECT name FROM system.tables WHERE database = 'gpuledger' ORDER BY name"}),
+    ("functions", {"sql": "SELECT name FROM system.functions WHERE name = 'quantile'"}),
+]
+
+
+def test_the_grafana_login_runs_the_plugin_editors_schema_queries(engine):
+    seen = engine.runner("grafana-editor", MODEL.embedded_users_xml(roles=[MODEL.analyst]))(EDITOR_PROBES)
+    assert ["gpuledger"] in seen["databases"]["rows"], seen["databases"]
+    assert {r[0] for r in seen["tables"]["rows"]} >= set(TENANT_FACT_TABLES), seen["tables"]
+    assert "tenant_id" in [r[0] for r in seen["describe"]["rows"]], seen["describe"]
+    assert "tenant_id" in [r[0] for r in seen["columns"]["rows"] if r[2] == "capacity_facts"], seen["columns"]
+    assert seen["functions"] == {"rows": [["quantile"]]}
+    assert "processor_checkpoints" not in {r[0] for r in seen["system tables"]["rows"]}, "hidden from the analyst"
 
 
 def test_a_login_of_two_tenants_reads_both_and_a_tenant_without_a_policy_reads_none(engine):
@@ -235,7 +283,7 @@ def test_access_sql_on_a_server():
     limits = ReaderLimits(max_result_rows=TIGHT.max_result_rows, quota_queries=SERVER_QUOTA_QUERIES)
     db, model = f"gpltest_{tag}", AccessModel(f"gpltest_{tag}", prefix=f"gpltest_{tag}", limits=limits)
     a, b = f"{ACME}-{tag}", f"{GLOBEX}-{tag}"
-    logins = {"writer": [model.writer], "analyst": [model.analyst], a: [model.tenant_role(a)],
+    logins = {"writer": [model.writer], "approver": [model.approver], "analyst": [model.analyst], a: [model.tenant_role(a)],
               b: [model.tenant_role(b)], "shared only": [model.tenants_role], "limits": [model.tenant_role(a)],
               "quota": [model.tenant_role(b)]}
     passwords = {who: secrets.token_hex(12) for who in logins}
@@ -250,6 +298,10 @@ def test_access_sql_on_a_server():
         login = {who: _server_runner(_login(url, users[who], passwords[who]), db) for who in logins}
         loaded = login["writer"](_rename_tenants(load_requests(), {ACME: a, GLOBEX: b}))
         assert {n: r for n, r in loaded.items() if "error" in r} == {}
+        assert refused(login["writer"]([CLOSE_REQUEST])[CLOSE_REQUEST[0]]), "only the approver writes the ledger"
+        assert login["approver"]([CLOSE_REQUEST]) == {CLOSE_REQUEST[0]: {"ok": True}}
+        editor = login["analyst"]([(n, {"sql": r["sql"].replace("gpuledger", db)}) for n, r in EDITOR_PROBES])
+        assert {n: r for n, r in editor.items() if "error" in r} == {}, "the Grafana editors' schema queries"
         analyst = login["analyst"](probes(db, a, b))
         assert {r[0] for r in analyst["showback capacity"]["rows"]} == {a, b}
         for me, other in ((a, b), (b, a)):

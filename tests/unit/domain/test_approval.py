@@ -94,3 +94,15 @@ def test_the_latest_prepared_document_counts():
 def test_documents_closed_before_approvals_verify_on_their_hash_alone():
     old = {**_doc(), "hash": content_hash(_doc())}
     assert verify(old) == [] and verify({**old, "lines": []})
+
+
+def test_a_store_that_refuses_the_login_leaves_the_period_prepared_and_says_who_may_close():
+    ledger = MemoryLedger(login_name="gpuledger_worker", refuse_closing=True)
+    _prepared(ledger)
+    with pytest.raises(ApprovalError, match=r"gpuledger_worker: not enough privileges.*approver role"):
+        approve_period(ledger, "2026-10", "quinn", T, True)
+    assert ledger.get("2026-10") is None and ledger.prepared("2026-10")["status"] == "prepared"
+    ledger.login_name, ledger.refuse_closing = "finops_approver", False
+    doc = approve_period(ledger, "2026-10", "quinn", T, True).document
+    assert doc["approval"]["approved_login"] == "finops_approver" and verify(doc) == []
+    assert verify({**doc, "approval": {**doc["approval"], "approved_login": "gpuledger_worker"}})

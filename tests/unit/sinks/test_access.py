@@ -56,7 +56,23 @@ def test_readers_are_read_only_and_the_writer_cannot_drop_or_delete():
     assert "`gpuledger_writer`" not in quota
     assert _grants_to(statements, "gpuledger_writer") == [
         "GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, ALTER ADD COLUMN ON gpuledger.* TO `gpuledger_writer`"]
+    # The writer prepares periods but may not close one: its INSERT on the closed ledger is revoked.
+    assert "REVOKE INSERT ON gpuledger.ledger_documents FROM `gpuledger_writer`" in statements
     assert "ledger_documents" in FINANCE_TABLES and "ledger_documents" not in ANALYST_TABLES
+
+
+def test_only_the_approver_writes_the_closed_ledger_and_it_is_not_a_reader():
+    statements = access_statements(["acme"])
+    approver = _grants_to(statements, "gpuledger_approver")
+    assert "GRANT INSERT ON gpuledger.ledger_documents TO `gpuledger_approver`" in approver
+    assert {s for s in approver if "INSERT" in s} == {"GRANT INSERT ON gpuledger.ledger_documents TO `gpuledger_approver`"}
+    assert {s.split(" ON ")[1].split(" TO ")[0] for s in approver if s.startswith("GRANT SELECT")} == {
+        f"gpuledger.{t}" for t in FINANCE_TABLES}
+    for role in ("gpuledger_tenants", "gpuledger_analyst", "gpuledger_finance"):
+        assert not any("INSERT" in s for s in _grants_to(statements, role))
+    profile = next(s for s in statements if "SETTINGS PROFILE" in s)
+    assert "`gpuledger_approver`" not in profile  # read-only readers could not write the ledger
+    assert M.approver not in M.reader_roles and M.approver in M.base_roles
 
 
 def test_every_reader_of_a_policied_table_holds_a_policy_on_it():
@@ -64,7 +80,7 @@ def test_every_reader_of_a_policied_table_holds_a_policy_on_it():
     # analyst, finance and writer carry an explicit all-rows policy on every such table.
     for p in M.policies(["acme"]):
         assert p.table in POLICY_TABLES
-    for role in (M.analyst, M.finance, M.writer):
+    for role in (M.analyst, M.finance, M.writer, M.approver):
         assert {p.table for p in M.policies() if role in p.roles and p.condition == "1"} == set(POLICY_TABLES)
     tenant_tables = {p.table for p in M.policies(["acme"]) if M.tenant_role("acme") in p.roles}
     assert tenant_tables == set(TENANT_FACT_TABLES)
@@ -163,7 +179,8 @@ def test_the_embedded_identities_mirror_the_sql_policies():
     grants, filters, readonly = _identity(M.embedded_users_xml(roles=[M.finance]))
     assert "GRANT SELECT ON gpuledger.ledger_documents" in grants and set(filters.values()) == {"1"}
     grants, filters, readonly = _identity(M.embedded_users_xml(roles=[M.writer]))
-    assert grants == ["GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, ALTER ADD COLUMN ON gpuledger.*"]
+    assert grants == ["GRANT SELECT, INSERT, CREATE DATABASE, CREATE TABLE, ALTER ADD COLUMN ON gpuledger.*",
+                      "REVOKE INSERT ON gpuledger.ledger_documents"]
     assert readonly is None and set(filters) == set(POLICY_TABLES)
     with pytest.raises(ValueError):
         M.embedded_users_xml(roles=["gpuledger_admin"])

@@ -26,7 +26,7 @@ BASH = shutil.which("bash")
 CREATE = re.compile(r"CREATE USER IF NOT EXISTS `([\w.-]+)` IDENTIFIED WITH sha256_hash BY '([0-9a-f]{64})';")
 GRANT = re.compile(r"GRANT `([\w.-]+)` TO `([\w.-]+)`;")
 PASSWORDS = {"CLICKHOUSE_WORKER_PASSWORD": "w-Secret_1", "CLICKHOUSE_GRAFANA_PASSWORD": "g-Secret_2",
-             "CLICKHOUSE_FINOPS_PASSWORD": "f-Secret_3"}
+             "CLICKHOUSE_FINOPS_PASSWORD": "f-Secret_3", "CLICKHOUSE_APPROVER_PASSWORD": "a-Secret_4"}
 
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash is needed to run the script")
 
