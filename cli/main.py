@@ -193,7 +193,7 @@ def cmd_config(s: Settings, args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpuledger.cli import ledger, ops, produce, suspense
+    from gpuledger.cli import forecast, ledger, ops, produce, suspense
 
     p = argparse.ArgumentParser(prog="gpuledger", description="Who used the GPU: attribution from real sources.")
     p.add_argument("--home", help="local state folder (GPULEDGER_HOME, default ./.gpuledger)")
@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("dir")
     ing.set_defaults(func=cmd_ingest)
     ld = sub.add_parser("load", help="publish one reference document (rate cards, quotas, credits, inventory)")
-    ld.add_argument("kind", choices=["ratecards", "quotas", "credits", "inventory", "endpoints", "suspense"])
+    ld.add_argument("kind", choices=["ratecards", "quotas", "credits", "inventory", "endpoints", "suspense", "throughput"])
     ld.add_argument("file")
     ld.add_argument("--cluster", required=True, help="the cluster_id the document applies to")
     ld.set_defaults(func=cmd_load)
@@ -243,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_parsers(sub)
     ops.add_parsers(sub)
     suspense.add_parsers(sub)
+    forecast.add_parsers(sub)
     cf = sub.add_parser("config", help="print the effective settings (validates them)")
     cf.add_argument("action", choices=["validate"])
     cf.set_defaults(func=cmd_config)

@@ -25,6 +25,7 @@ import orjson
 from pydantic import ValidationError
 
 from gpuledger.domain.bounds import EARLIEST_EVENT_MS, check_event_time_ms
+from gpuledger.domain.capacity_plan import parse_throughput
 from gpuledger.domain.cost import parse_ratecards
 from gpuledger.domain.endpoints import parse_endpoints
 from gpuledger.domain.inventory import parse_inventory
@@ -43,7 +44,7 @@ CAPTURE_FORMAT = "gpuledger-capture/1"
 _RAW_LIMIT = 64 * 1024
 
 
-REFERENCE_KINDS = ("inventory", "quotas", "ratecards", "credits", "endpoints", "suspense")
+REFERENCE_KINDS = ("inventory", "quotas", "ratecards", "credits", "endpoints", "suspense", "throughput")
 
 
 def reference_time(kind: str, raw: bytes) -> int:
@@ -59,6 +60,8 @@ def reference_time(kind: str, raw: bytes) -> int:
             return min((q.valid_from_ms for q in parse_quotas(doc)), default=0)
         if kind == "endpoints":
             return min((e.valid_from_ms for e in parse_endpoints(doc)), default=0)
+        if kind == "throughput":
+            return min((e.valid_from_ms for e in parse_throughput(doc)), default=0)
         if kind == "suspense":  # the newest decision: the list only grows
             return max((a.at_ms for a in parse_assignments(doc)), default=0)
         # a credit belongs to a period: YYYY-MM

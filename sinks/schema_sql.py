@@ -114,4 +114,17 @@ def ddl_statements(db: str) -> list[str]:
             period String, hash String, prepared_at_ms Int64, document String,
             inserted_at DateTime64(6, 'UTC') DEFAULT now64(6)
         ) ENGINE = MergeTree ORDER BY (period, prepared_at_ms)""",
+        # `gpuledger forecast --save`: demand curves, peak forecasts and the capacity plan in
+        # long form. Small (classes x measures x weeks): no partitions. A run replaces the rows
+        # of the same series and bucket (the newest as-of wins), so a week's actual and its
+        # earlier forecast sit side by side; plan rows are kept per as-of (their bucket starts at it).
+        f"""CREATE TABLE IF NOT EXISTS {db}.capacity_forecasts (
+            as_of_ms Int64, gpu_class LowCardinality(String), profile LowCardinality(String),
+            mode LowCardinality(String), model LowCardinality(String), measure LowCardinality(String),
+            bucket LowCardinality(String), bucket_start_ms Int64, kind LowCardinality(String), peak Float64,
+            mean Nullable(Float64),
+            bucket_start DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(bucket_start_ms, 'UTC'),
+            as_of DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(as_of_ms, 'UTC')
+        ) ENGINE = ReplacingMergeTree(as_of_ms)
+        ORDER BY (gpu_class, profile, mode, model, measure, bucket, kind, bucket_start_ms)""",
     ]

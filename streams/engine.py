@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from gpuledger.domain.attribution import NEG_INF, Attributor
+from gpuledger.domain.capacity_plan import parse_throughput
 from gpuledger.domain.bounds import check_event_time_ms
 from gpuledger.domain.cost import parse_ratecards
 from gpuledger.domain.endpoints import parse_endpoints
@@ -47,7 +48,8 @@ __all__ = ["BROADCAST", "Engine", "EventTimeError", "REFERENCE_PARSERS", "Refere
 
 DeadLetter = Callable[[str, str, bytes], None]  # (source, reason, raw)
 REFERENCE_PARSERS = {"inventory": parse_inventory, "ratecards": parse_ratecards, "quotas": parse_quotas,
-                     "credits": parse_credits, "endpoints": parse_endpoints, "suspense": parse_assignments}
+                     "credits": parse_credits, "endpoints": parse_endpoints, "suspense": parse_assignments,
+                     "throughput": parse_throughput}
 BROADCAST = "broadcast"
 PRUNE_EVERY_MS = 60_000  # event time between two prunes of the broadcast history
 
