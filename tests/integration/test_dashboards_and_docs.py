@@ -82,6 +82,7 @@ def demo(broker, tmp_path_factory) -> Demo:
     stack = Stack(home, f"t{uuid.uuid4().hex[:10]}")
     stack.run("ingest", str(home / "capture"), timeout=600)
     stack.run("process", "--until-caught-up", timeout=900)
+    stack.run("forecast", "--save", timeout=300)  # the scheduler dashboard's forecast panels read its rows
     to_iso = "2026-10-01T06:00:00Z"
     showback = json.loads(stack.run("showback", "--from", START, "--to", to_iso, "--format", "json").stdout)
     store = ClickHouseStore(stack.dsn)
