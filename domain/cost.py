@@ -41,6 +41,7 @@ class RateCard:
     overhead_rule: str
     # classes whose guaranteed quota is charged whether used or not ("*": every class)
     committed_classes: tuple[str, ...] = ()
+    per_kwh: Decimal | None = None  # GPU energy (DCGM power over time); None: energy is not priced
 
     def commits(self, gpu_class: str) -> bool:
         return "*" in self.committed_classes or gpu_class in self.committed_classes
@@ -66,9 +67,12 @@ def parse_ratecards(doc: list) -> list[RateCard]:
             raise RatecardError(f"ratecards[{i}] must be an object, got {c!r}")
         try:
             tokens, overhead = c.get("per_million_tokens") or {}, c.get("overhead") or {}
-            gpu_hour = c.get("gpu_hour") or {}
-            if not all(isinstance(x, dict) for x in (tokens, overhead, gpu_hour, *gpu_hour.values())):
-                raise ValueError("gpu_hour (and each class in it), per_million_tokens and overhead must be objects")
+            gpu_hour, energy = c.get("gpu_hour") or {}, c.get("energy") or {}
+            if not all(isinstance(x, dict) for x in (tokens, overhead, energy, gpu_hour, *gpu_hour.values())):
+                raise ValueError("gpu_hour (and each class in it), per_million_tokens, overhead and energy must be "
+                                 "objects")
+            if set(energy) - {"per_kwh"}:
+                raise ValueError(f"energy takes per_kwh only, got {sorted(energy)}")
             rule = str(overhead.get("rule", "proportional_to_allocation"))
             if rule != "proportional_to_allocation":
                 raise ValueError(f"overhead rule {rule!r} is not known (proportional_to_allocation is)")
@@ -78,7 +82,8 @@ def parse_ratecards(doc: list) -> list[RateCard]:
                 parse_rfc3339_ms(c["valid_to"]) if c.get("valid_to") else None, str(c.get("currency", "USD")),
                 {cls: {k: to_decimal(v) for k, v in rates.items()} for cls, rates in gpu_hour.items()},
                 to_decimal(tokens.get("input", 0)), to_decimal(tokens.get("output", 0)),
-                to_decimal(overhead.get("amount", 0)), rule, _committed(c.get("committed_quota", False))))
+                to_decimal(overhead.get("amount", 0)), rule, _committed(c.get("committed_quota", False)),
+                to_decimal(energy["per_kwh"]) if "per_kwh" in energy else None))
         except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise RatecardError(f"ratecards[{i}]: {exc!r}; needs version, valid_from and numeric rates") from exc
     return sorted(out, key=lambda c: c.valid_from_ms)
@@ -99,6 +104,8 @@ def _check_rates(card: dict, gpu_hour: dict, tokens: dict, overhead: dict) -> No
     named = [(f"gpu_hour.{cls}.{k}", v) for cls, rates in gpu_hour.items() for k, v in rates.items()]
     named += [(f"per_million_tokens.{k}", tokens[k]) for k in ("input", "output") if k in tokens]
     named += [("overhead.amount", overhead["amount"])] if "amount" in overhead else []
+    energy = card.get("energy") or {}
+    named += [("energy.per_kwh", energy["per_kwh"])] if "per_kwh" in energy else []
     weights = card.get("endpoint_share_weights") or {}
     named += [(f"endpoint_share_weights.{k}", v) for k, v in weights.items()] if isinstance(weights, dict) else []
     for name, value in named:

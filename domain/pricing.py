@@ -19,6 +19,9 @@ over-allocation when negative). Every part is priced at the card's class rates:
   its consumers in whole cents by weighted tokens, and credited to the owner;
 - the card's overhead for the window is split in whole cents by tenants' allocated hours
   (to central when no tenant held anything);
+- energy, under a card with ``energy.per_kwh``: each class's measured GPU energy
+  (domain/energy.py), the tenants' parts at that rate (under review when their confidence
+  does not bill), the rest central's;
 - credits are negative tenant lines;
 - under a card with ``committed_quota`` a tenant also pays its unused guaranteed quota at
   the guaranteed rate (``committed``), and central is credited as much
@@ -37,6 +40,7 @@ from fractions import Fraction
 from gpuledger.domain.bounds import check_rate
 from gpuledger.domain.cost import RateCard, cents, overhead_pool, round_cents, signed_cents, to_decimal
 from gpuledger.domain.endpoints import MICRO, largest_remainder
+from gpuledger.domain.energy import energy_parts
 from gpuledger.domain.quota import Quota, entitled_gpu_hours, split_skus_by_quota
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
@@ -87,6 +91,7 @@ class WindowCapacity:
     to_ms: int
     physical_ms: dict[str, int]  # class -> GPU-ms in the inventory
     buckets: dict[tuple[str, str], float]  # (class, central bucket) -> GPU-hours
+    energy: tuple = ()  # (class, tenant or '' for the class's total, confidence, joules): domain/energy.py
 
 
 @dataclass
@@ -158,6 +163,7 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
             continue
         versions.append(card.version)
         _variable_lines(card, cap, hourly_tokens, out)
+        _energy_lines(card, cap, bill_confidence, out)
         pool = overhead_pool(card, cap.from_ms, cap.to_ms)
         out.recoverable += pool
         if pool and allocated:
@@ -319,6 +325,20 @@ def _variable_lines(card: RateCard, cap: WindowCapacity, hourly_tokens: list[tup
                 out.recoverable += q * rate
                 out.lines.append(Line("tenant", tenant, "variable", sku, "million_tokens", q, rate, q * rate, q * rate,
                                       card.version, cap.from_ms, cap.to_ms, f"{sku.replace('_', ' ')} per million"))
+
+
+def _energy_lines(card: RateCard, cap: WindowCapacity, bill_confidence: tuple[str, ...] | None, out: Priced) -> None:
+    if card.per_kwh is None:
+        return
+    rate, span = card.per_kwh, (card.version, cap.from_ms, cap.to_ms)
+    for gpu_class, parts in energy_parts(cap.energy, bill_confidence).items():
+        out.recoverable += _qty(sum(parts.values())) * rate
+        for (payer, tenant), micro in sorted(parts.items()):
+            if micro:
+                q = _qty(micro)
+                whose = f"{tenant}'s share of " if tenant else "idle and unheld "
+                out.lines.append(Line(payer, tenant, "energy", f"{gpu_class}/energy", "kwh", q, rate, q * rate, q * rate,
+                                      *span, f"{whose}{gpu_class} GPU energy (kWh)"))
 
 
 def _endpoint_cost(card: RateCard, cap: WindowCapacity, hours: dict, intervals: list[tuple], out: Priced) -> None:

@@ -25,7 +25,7 @@ __all__ = ["COST_PARTS", "PRICING_PARSERS", "canonical_sha256", "documents_in_fo
 
 log = logging.getLogger(__name__)
 
-COST_PARTS = ("guaranteed", "borrowed", "committed", "variable", "service_share", "overhead", "suspense_assigned",
+COST_PARTS = ("guaranteed", "borrowed", "committed", "variable", "energy", "service_share", "overhead", "suspense_assigned",
               "credits", "endpoint_recovered", "total", "under_review")  # under review: shown, not in the total
 
 
@@ -42,7 +42,8 @@ def price_rows(rows: dict) -> Priced:
     by_id = {c.version: c for c in cards}
     windows = [(by_id.get(w["version"]), WindowCapacity(
         w["from_ms"], w["to_ms"], {c: int(ms) for c, ms in w["physical"]},
-        {(c, bucket): h for c, bucket, h in w["buckets"]})) for w in rows.get("windows", ())]
+        {(c, bucket): h for c, bucket, h in w["buckets"]}, tuple(tuple(e) for e in w.get("energy", ()))))
+        for w in rows.get("windows", ())]
     priced = price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
                    [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
                    intervals, credits, (rows["from_ms"], rows["to_ms"]), rows.get("bill_confidence", BILL_CONFIDENCE))

@@ -32,11 +32,13 @@ FOCUS_COLUMNS = [
     "CommitmentDiscountUnit",
     "ConsumedQuantity", "ConsumedUnit", "SkuId", "Tags", "x_LedgerHash", "x_CorrectsPeriod",
 ]
-_UNITS = {"gpu_hour": "GPU-Hours", "million_tokens": "1000000 Tokens", "share": "Share", "credit": "Credit"}
+_UNITS = {"gpu_hour": "GPU-Hours", "million_tokens": "1000000 Tokens", "share": "Share", "credit": "Credit",
+          "kwh": "kWh"}
 _SERVICES = {  # component -> (ServiceCategory, ServiceName, ServiceSubcategory)
     "guaranteed": ("Compute", "GPU capacity (guaranteed)", "Containers"),
     "borrowed": ("Compute", "GPU capacity (borrowed)", "Containers"),
     "variable": ("AI and Machine Learning", "Inference tokens", "Generative AI"),
+    "energy": ("Compute", "GPU energy", "Other (Compute)"),
     "service_share": ("AI and Machine Learning", "Shared model endpoint", "Generative AI"),
     "overhead": ("Other", "Platform overhead", "Other (Other)"),
     "credit": ("Other", "Credit", "Other (Other)"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpuledger.domain.cost import card_windows
 from gpuledger.domain.rows import parsed
 from gpuledger.domain.suspense import BILL_CONFIDENCE
+from gpuledger.sinks.energy_sql import energy_sql
 from gpuledger.sinks.query import QueryPort
 
 __all__ = ["ClusterScopeError", "ShowbackRows", "read_showback_rows"]
@@ -150,7 +151,7 @@ def fragmentation_sql(db: str) -> str:
 
 
 def unhostable_sql(db: str) -> str:
-    """Free MIG capacity that could not host a waiting pod's profile: for each wait during
+    """Free MIG capacity that could not host a waiting pod's profile: for each MIG wait during
     which no instance of that profile was free in a GPU class, the class's free GPU-equivalent
     hours meanwhile (other profiles and capacity in no instance)."""
     return f"""SELECT gpu_class, profile, count(), sum(waited_h), sum(free_other_h) FROM (
@@ -161,7 +162,8 @@ def unhostable_sql(db: str) -> str:
             FROM (SELECT fact_id, profile, greatest(waited_from_ms, %(f)s) AS a, least(waited_to_ms, %(t)s) AS b,
                          (b - a) / 3600000 AS waited_h
                   FROM {db}.demand_facts FINAL
-                  WHERE outcome IN ({WAIT_OUTCOMES}) AND waited_to_ms > %(f)s AND waited_from_ms < %(t)s) AS d
+                  WHERE outcome IN ({WAIT_OUTCOMES}) AND profile != ''
+                    AND waited_to_ms > %(f)s AND waited_from_ms < %(t)s) AS d
             CROSS JOIN (SELECT gpu_class, profile, capacity_fraction, valid_from_ms, valid_to_ms
                         FROM {db}.capacity_facts FINAL
                         WHERE mode = 'mig' AND kind = 'unallocated' AND {IN_WINDOW}) AS c
@@ -306,7 +308,10 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
         w = {"f": a, "t": b}
         rows["windows"].append({"version": card.version if card else None, "from_ms": a, "to_ms": b,
                                 "physical": reader.query(class_physical_sql(db), w)[1],
-                                "buckets": reader.query(class_buckets_sql(db), w)[1]})
+                                "buckets": reader.query(class_buckets_sql(db), w)[1],
+                                # only a card that prices energy reads it (every sample of the window)
+                                "energy": reader.query(energy_sql(db), w)[1] if card and card.per_kwh is not None
+                                else []})
     rows["held"] = reader.query(held_intervals_sql(db), p)[1]
     rows["disrupted_pods"] = reader.query(disrupted_pods_sql(db), p)[1]
     rows["completed_jobs"] = reader.query(completed_jobs_sql(db), p)[1]
