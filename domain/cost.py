@@ -10,7 +10,7 @@ covers). What the rate card prices and how is in ``domain/pricing.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
@@ -42,6 +42,8 @@ class RateCard:
     # classes whose guaranteed quota is charged whether used or not ("*": every class)
     committed_classes: tuple[str, ...] = ()
     per_kwh: Decimal | None = None  # GPU energy (DCGM power over time); None: energy is not priced
+    # service tier -> (input, output) per million tokens, for endpoints declared in that tier
+    tier_tokens: dict[str, tuple[Decimal, Decimal]] = field(default_factory=dict)
 
     def commits(self, gpu_class: str) -> bool:
         return "*" in self.committed_classes or gpu_class in self.committed_classes
@@ -73,6 +75,10 @@ def parse_ratecards(doc: list) -> list[RateCard]:
                                  "objects")
             if set(energy) - {"per_kwh"}:
                 raise ValueError(f"energy takes per_kwh only, got {sorted(energy)}")
+            tiers = c.get("service_tiers") or {}
+            if not isinstance(tiers, dict) or not all(isinstance(t, dict) and set(t) <= {"input", "output"}
+                                                      for t in tiers.values()):
+                raise ValueError("service_tiers must map a tier to {input, output} per-million-token rates")
             rule = str(overhead.get("rule", "proportional_to_allocation"))
             if rule != "proportional_to_allocation":
                 raise ValueError(f"overhead rule {rule!r} is not known (proportional_to_allocation is)")
@@ -83,7 +89,8 @@ def parse_ratecards(doc: list) -> list[RateCard]:
                 {cls: {k: to_decimal(v) for k, v in rates.items()} for cls, rates in gpu_hour.items()},
                 to_decimal(tokens.get("input", 0)), to_decimal(tokens.get("output", 0)),
                 to_decimal(overhead.get("amount", 0)), rule, _committed(c.get("committed_quota", False)),
-                to_decimal(energy["per_kwh"]) if "per_kwh" in energy else None))
+                to_decimal(energy["per_kwh"]) if "per_kwh" in energy else None,
+                {tier: (to_decimal(r.get("input", 0)), to_decimal(r.get("output", 0))) for tier, r in tiers.items()}))
         except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise RatecardError(f"ratecards[{i}]: {exc!r}; needs version, valid_from and numeric rates") from exc
     return sorted(out, key=lambda c: c.valid_from_ms)
@@ -106,6 +113,8 @@ def _check_rates(card: dict, gpu_hour: dict, tokens: dict, overhead: dict) -> No
     named += [("overhead.amount", overhead["amount"])] if "amount" in overhead else []
     energy = card.get("energy") or {}
     named += [("energy.per_kwh", energy["per_kwh"])] if "per_kwh" in energy else []
+    tiers = card.get("service_tiers") or {}
+    named += [(f"service_tiers.{t}.{k}", v) for t, r in tiers.items() if isinstance(r, dict) for k, v in r.items()]
     weights = card.get("endpoint_share_weights") or {}
     named += [(f"endpoint_share_weights.{k}", v) for k, v in weights.items()] if isinstance(weights, dict) else []
     for name, value in named:

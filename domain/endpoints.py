@@ -66,13 +66,15 @@ class EndpointDeclaration:
     namespaces: frozenset[str]
     valid_from_ms: int
     valid_to_ms: int | None
+    service_tier: str = ""  # the rate card's service_tiers price its tokens ("": the card's default rates)
 
     def in_force(self, t_ms: int) -> bool:
         return self.valid_from_ms <= t_ms and (self.valid_to_ms is None or t_ms < self.valid_to_ms)
 
 
 def parse_endpoints(doc: list) -> list[EndpointDeclaration]:
-    """``[{"endpoint_id", "owner_tenant_id", "namespaces": [...], "valid_from", "valid_to"}]``."""
+    """``[{"endpoint_id", "owner_tenant_id", "namespaces": [...], "valid_from", "valid_to",
+    "service_tier"}]`` (``service_tier`` optional)."""
     if not isinstance(doc, list):
         raise EndpointsError("endpoints must be a JSON list")
     out = []
@@ -83,9 +85,12 @@ def parse_endpoints(doc: list) -> list[EndpointDeclaration]:
                 raise ValueError("namespaces must be a non-empty list of namespace names")
             if not all(isinstance(e[k], str) and e[k] for k in ("endpoint_id", "owner_tenant_id")):
                 raise ValueError("endpoint_id and owner_tenant_id must be non-empty strings")
+            tier = e.get("service_tier") or ""
+            if not isinstance(tier, str) or "/" in tier:
+                raise ValueError(f"service_tier must be a name without '/', got {tier!r}")
             out.append(EndpointDeclaration(e["endpoint_id"], e["owner_tenant_id"], frozenset(namespaces),
                                            parse_rfc3339_ms(e["valid_from"]),
-                                           parse_rfc3339_ms(e["valid_to"]) if e.get("valid_to") else None))
+                                           parse_rfc3339_ms(e["valid_to"]) if e.get("valid_to") else None, tier))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise EndpointsError(f"endpoints[{i}]: {exc!r}; needs endpoint_id, owner_tenant_id, namespaces, "
                                  "valid_from") from exc

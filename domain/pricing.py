@@ -312,19 +312,24 @@ def _committed_lines(card: RateCard, cap: WindowCapacity, key: tuple[str, str], 
 
 
 def _variable_lines(card: RateCard, cap: WindowCapacity, hourly_tokens: list[tuple], out: Priced) -> None:
-    tokens: dict[str, list[int]] = {}
-    for tenant, hour_ms, tin, tout in hourly_tokens:
+    """Tokens per tenant at the card's rates; an endpoint's service tier the card prices
+    (``service_tiers``) at that tier's rates, as its own SKU (``tier/input_tokens``)."""
+    tokens: dict[tuple[str, str], list[int]] = {}
+    for tenant, hour_ms, tin, tout, *tier in hourly_tokens:
         if cap.from_ms <= hour_ms < cap.to_ms:
-            t = tokens.setdefault(tenant, [0, 0])
+            priced_tier = tier[0] if tier and tier[0] in card.tier_tokens else ""
+            t = tokens.setdefault((tenant, priced_tier), [0, 0])
             t[0], t[1] = t[0] + tin, t[1] + tout
-    for tenant, (tin, tout) in sorted(tokens.items()):
-        for sku, n, rate in (("input_tokens", tin, card.per_million_input),
-                             ("output_tokens", tout, card.per_million_output)):
+    for (tenant, tier), (tin, tout) in sorted(tokens.items()):
+        rate_in, rate_out = card.tier_tokens.get(tier, (card.per_million_input, card.per_million_output))
+        for kind, n, rate in (("input_tokens", tin, rate_in), ("output_tokens", tout, rate_out)):
             if n:
                 q = Decimal(n) / MILLION
+                sku = f"{tier}/{kind}" if tier else kind
                 out.recoverable += q * rate
                 out.lines.append(Line("tenant", tenant, "variable", sku, "million_tokens", q, rate, q * rate, q * rate,
-                                      card.version, cap.from_ms, cap.to_ms, f"{sku.replace('_', ' ')} per million"))
+                                      card.version, cap.from_ms, cap.to_ms,
+                                      f"{kind.replace('_', ' ')} per million" + (f", {tier} tier" if tier else "")))
 
 
 def _energy_lines(card: RateCard, cap: WindowCapacity, bill_confidence: tuple[str, ...] | None, out: Priced) -> None:

@@ -44,11 +44,22 @@ def price_rows(rows: dict) -> Priced:
         w["from_ms"], w["to_ms"], {c: int(ms) for c, ms in w["physical"]},
         {(c, bucket): h for c, bucket, h in w["buckets"]}, tuple(tuple(e) for e in w.get("energy", ()))))
         for w in rows.get("windows", ())]
-    priced = price(windows, [tuple(r) for r in rows.get("held", ())], quotas, rows.get("hourly_tokens", ()),
+    priced = price(windows, [tuple(r) for r in rows.get("held", ())], quotas, _tiered(rows, declarations),
                    [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],
                    intervals, credits, (rows["from_ms"], rows["to_ms"]), rows.get("bill_confidence", BILL_CONFIDENCE))
     priced.lines = settle(priced.lines, parsed(rows, "suspense"))
     return priced
+
+
+def _tiered(rows: dict, declarations: list) -> list[tuple]:
+    """Hourly tokens (tenant, hour, input, output[, endpoint]) with the service tier the
+    endpoint was declared in that hour ('' when none) in place of the endpoint."""
+    out = []
+    for tenant, hour_ms, tin, tout, *endpoint in rows.get("hourly_tokens", ()):
+        tier = next((d.service_tier for d in declarations if endpoint and d.endpoint_id == endpoint[0]
+                     and d.in_force(hour_ms)), "")
+        out.append((tenant, hour_ms, tin, tout, tier))
+    return out
 
 
 def first_valid(documents: Sequence[str], parse: Callable[[object], list], what: str) -> list:

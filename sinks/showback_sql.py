@@ -206,11 +206,12 @@ def endpoint_intervals_sql(db: str) -> str:
 
 
 def hourly_tokens_sql(db: str) -> str:
-    """Successful requests' tokens per tenant and hour (rate cards change on hour edges)."""
+    """Successful requests' tokens per tenant, hour (rate cards change on hour edges) and
+    endpoint (its service tier may have rates of its own)."""
     return f"""SELECT tenant_id, intDiv(observed_at_ms, 3600000) * 3600000 AS hour_ms,
-            sumIf(input_tokens, outcome = 'success'), sumIf(output_tokens, outcome = 'success')
+            sumIf(input_tokens, outcome = 'success'), sumIf(output_tokens, outcome = 'success'), endpoint_id
         FROM {db}.request_facts FINAL WHERE {_REQUESTS_IN_WINDOW}
-        GROUP BY tenant_id, hour_ms ORDER BY tenant_id, hour_ms"""
+        GROUP BY tenant_id, hour_ms, endpoint_id ORDER BY tenant_id, hour_ms, endpoint_id"""
 
 
 def hierarchy_sql(db: str) -> str:
