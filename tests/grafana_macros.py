@@ -16,13 +16,19 @@ Three steps, in the plugin's order:
    unless the variable has a custom ``allValue``, which is inserted unformatted. Grafana's
    ``$__from``, ``$__to`` (epoch ms), ``$__interval_ms``, ``$__range_s`` and ``$__range_ms``
    are replaced too; any other ``$__name`` is left for the backend.
-3. Backend macros (``pkg/macros/macros.go`` of grafana/clickhouse-datasource 4.2.0 and later:
-   the ``_ms`` variants came in 4.0.3, ``$__dateTimeFilter``/``$__dt`` in 4.2.0), interpolated
-   by grafana-plugin-sdk-go ``data/sqlutil`` ``Interpolate`` (through sqlds), which adds the
-   SDK's default ``$__timeFrom``, ``$__timeTo``, ``$__timeGroup``, ``$__table``,
-   ``$__column``). A macro is ``$__name`` ending at a word boundary; arguments are read
-   only from a ``(`` right after the name, split at top-level commas and trimmed; a missing
-   ``)`` is an error. Every occurrence of a matched text is replaced.
+3. Backend macros, as grafana/clickhouse-datasource 4.19 and later expand them (checked
+   against v4.20.0: ``pkg/macros/macros.go`` on github.com/grafana/macropro v1.0.1, installed
+   as the sqlds ``Interpolator``, replacing grafana-plugin-sdk-go's ``sqlutil.Interpolate``).
+   When the query holds ``$__``, ``--`` and ``/* */`` comments outside string literals
+   (``''`` and ``\\'`` escapes) are blanked to spaces first. Macro names are tried longest
+   first; a name matches only where no name character follows; arguments come from a ``(``
+   right after the name, to its matching ``)`` (quotes respected), split at top-level commas
+   and trimmed; macros inside the arguments are expanded first. A ``(`` never closed leaves the
+   macro without arguments. ``$__timeFrom(c)``, ``$__timeTo(c)`` and ``$__timeGroup(c, 5m)`` are
+   the plugin's ClickHouse forms (before 4.19 the SDK's RFC 3339 strings and ``datepart``);
+   ``$__table`` and ``$__column`` fail without the query's table and column. A wrong number of
+   arguments fails with the plugin's text (``unexpected number of arguments: $__timeFilter
+   expected 1 argument(s), received 0``).
 """
 
 from __future__ import annotations
@@ -197,7 +203,7 @@ def replace_variables(sql: str, variables: dict[str, Variable], tr: TimeRange) -
     return _VARIABLE.sub(one, sql)
 
 
-# -- 3. backend macros (plugin macros + SDK defaults) --------------------------------------
+# -- 3. backend macros (plugin v4.19+ on macropro) ------------------------------------------
 
 def _datetime(ms: int) -> str:
     return f"toDateTime({ms // 1000})"
@@ -211,28 +217,57 @@ def _date(ms: int) -> str:
     return "toDate('" + datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d") + "')"
 
 
-def _rfc3339(ms: int) -> str:
-    return datetime.fromtimestamp(ms // 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _args(n: int, name: str, args: list[str] | None) -> list[str]:
-    got = len(args or [])
-    if got != n:
-        raise MacroError(f"$__{name}: unexpected number of arguments: expected {n} argument"
-                         f"{'s' if n > 1 else ''}, received {got}")
-    return list(args or [])
+def _args(n: int, name: str, args: list[str]) -> list[str]:
+    """``badArgsErr``: sqlutil.ErrorBadArgumentCount wrapped with the macro and the counts."""
+    if len(args) != n:
+        raise MacroError(f"macro $__{name}({', '.join(args)}): unexpected number of arguments: "
+                         f"$__{name} expected {n} argument(s), received {len(args)}")
+    return args
 
 
 def _interval_s(tr: TimeRange) -> int:
     return int(max(tr.interval_ms / 1000, 1))
 
 
-def _time_group(args: list[str] | None) -> str:
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+
+
+def _go_duration_s(text: str) -> float | None:
+    """Go's ``time.ParseDuration`` in seconds (``5m``, ``1h30m``, ``-2s``, ``0``); None if invalid."""
+    sign, body = (-1, text[1:]) if text[:1] == "-" else (1, text[1:] if text[:1] == "+" else text)
+    if body == "0":
+        return 0.0
+    parts = _GO_PART.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        return None
+    return sign * sum(float(n) * _GO_UNITS[u] for n, u in parts)
+
+
+def _time_group(tr: TimeRange, args: list[str]) -> str:
     col, period = _args(2, "timeGroup", args)
-    parts = ["minute", "hour", "day", "month", "year"]
-    if period not in parts:
-        return ""
-    return ",".join(f"datepart({p}, {col})" for p in parts[parts.index(period):])
+    period = period.strip().strip("'\"")
+    seconds = _go_duration_s(period)
+    if seconds is None:
+        raise MacroError(f"macro $__timeGroup({', '.join(args)}): $__timeGroup: invalid interval {period!r}")
+    if round(seconds) <= 0:
+        raise MacroError(f"macro $__timeGroup({', '.join(args)}): $__timeGroup: interval must be positive, "
+                         f"got {period!r}")
+    return f"toStartOfInterval(toDateTime({col.strip()}), INTERVAL {round(seconds)} second)"
+
+
+def _go_format_duration(ms: int) -> str:
+    """macropro ``FormatDuration``: the largest whole unit (``5m``, ``2h``, ``300ms``)."""
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms" if ms else "0s"
+
+
+def _context_missing(what: str):
+    def fail(tr: TimeRange, args: list[str]) -> str:
+        raise MacroError(f"macro $__{what}({', '.join(args)}): $__{what}: no {what} name in query context")
+    return fail
 
 
 _MACROS = {
@@ -241,11 +276,11 @@ _MACROS = {
     "fromTime_ms": lambda tr, a: _datetime64(tr.from_ms),
     "toTime_ms": lambda tr, a: _datetime64(tr.to_ms),
     "timeFilter": lambda tr, a: (lambda c: f"{c} >= {_datetime(tr.from_ms)} AND {c} <= {_datetime(tr.to_ms)}")(
-        _args(1, "timeFilter", a)[0]),
+        *_args(1, "timeFilter", a)),
     "timeFilter_ms": lambda tr, a: (lambda c: f"{c} >= {_datetime64(tr.from_ms)} AND {c} <= {_datetime64(tr.to_ms)}")(
-        _args(1, "timeFilter_ms", a)[0]),
+        *_args(1, "timeFilter_ms", a)),
     "dateFilter": lambda tr, a: (lambda c: f"{c} >= {_date(tr.from_ms)} AND {c} <= {_date(tr.to_ms)}")(
-        _args(1, "dateFilter", a)[0]),
+        *_args(1, "dateFilter", a)),
     "dateTimeFilter": lambda tr, a: (lambda d, t: f"({d} >= {_date(tr.from_ms)} AND {d} <= {_date(tr.to_ms)}) AND "
                                      f"({t} >= {_datetime(tr.from_ms)} AND {t} <= {_datetime(tr.to_ms)})")(
         *_args(2, "dateTimeFilter", a)),
@@ -254,50 +289,125 @@ _MACROS = {
     "timeInterval_ms": lambda tr, a: f"toStartOfInterval(toDateTime64({_args(1, 'timeInterval_ms', a)[0]}, 3), "
                                      f"INTERVAL {int(max(tr.interval_ms, 1))} millisecond)",
     "interval_s": lambda tr, a: str(_interval_s(tr)),
-    # grafana-plugin-sdk-go sqlutil.DefaultMacros, used where the plugin defines no macro of that name
-    "timeFrom": lambda tr, a: f"{_args(1, 'timeFrom', a)[0]} >= '{_rfc3339(tr.from_ms)}'",
-    "timeTo": lambda tr, a: f"{_args(1, 'timeTo', a)[0]} <= '{_rfc3339(tr.to_ms)}'",
-    "timeGroup": lambda tr, a: _time_group(a),
-    "table": lambda tr, a: "",
-    "column": lambda tr, a: "",
+    "timeFrom": lambda tr, a: f"{_args(1, 'timeFrom', a)[0]} >= {_datetime(tr.from_ms)}",
+    "timeTo": lambda tr, a: f"{_args(1, 'timeTo', a)[0]} <= {_datetime(tr.to_ms)}",
+    "timeGroup": _time_group,
+    # macropro.DefaultMacros the plugin keeps as they are
+    "interval": lambda tr, a: _go_format_duration(tr.interval_ms),
+    "interval_ms": lambda tr, a: str(tr.interval_ms),
+    "table": _context_missing("table"),
+    "column": _context_missing("column"),
 }
-_MACROS["dt"] = lambda tr, a: _MACROS["dateTimeFilter"](tr, a)
+_MACROS["dt"] = _MACROS["dateTimeFilter"]
+_BY_LENGTH = sorted(_MACROS, key=lambda n: (-len(n), n))  # longest first, then by name
+_NAME_CHAR = re.compile(r"[_A-Za-z0-9]")
 
 
-def _parse_args(rest: str) -> tuple[list[str] | None, int]:
-    """Arguments in a bracket right at the start of ``rest`` (else none), and its length."""
-    if not rest.startswith("("):
-        return None, 0
-    args, depth, arg = [], 0, []
-    for i, ch in enumerate(rest):
-        if ch == "(":
+def _end_of_literal(sql: str, i: int) -> int:
+    """Index after the quoted literal starting at ``i`` (doubled quotes and backslash escapes)."""
+    quote, j = sql[i], i + 1
+    while j < len(sql):
+        if sql[j] == "\\":
+            j += 2
+        elif sql[j] == quote:
+            if sql[j + 1:j + 2] == quote:
+                j += 2
+            else:
+                return j + 1
+        else:
+            j += 1
+    return len(sql)
+
+
+def _strip_comments(sql: str) -> str:
+    """``--`` to the end of the line and ``/* */`` (to the end if unclosed) become spaces."""
+    out, i = [], 0
+    while i < len(sql):
+        c = sql[i]
+        if c in "'\"":
+            j = _end_of_literal(sql, i)
+        elif sql.startswith("--", i):
+            j = min([k for k in (sql.find("\n", i), sql.find("\r", i)) if k >= 0] or [len(sql)])
+            out.append(" " * (j - i))
+            i = j
+            continue
+        elif sql.startswith("/*", i):
+            k = sql.find("*/", i + 2)
+            j = len(sql) if k < 0 else k + 2
+            out.append(" " * (j - i))
+            i = j
+            continue
+        else:
+            j = i + 1
+        out.append(sql[i:j])
+        i = j
+    return "".join(out)
+
+
+def _closing_paren(sql: str, start: int) -> int:
+    """Index of the ``)`` that closes the ``(`` at ``start``; -1 if it never closes."""
+    depth, i = 0, start
+    while i < len(sql):
+        c = sql[i]
+        if c in "'\"":
+            i = _end_of_literal(sql, i)
+            continue
+        if c == "(":
             depth += 1
-            if depth == 1:
-                continue
-        elif ch == ")":
+        elif c == ")":
             depth -= 1
             if depth == 0:
-                args.append("".join(arg).strip())
-                return args, i + 1
-        elif ch == "," and depth == 1:
-            args.append("".join(arg).strip())
-            arg = []
+                return i
+        i += 1
+    return -1
+
+
+def _split_args(raw: str) -> list[str]:
+    raw = raw.strip()
+    if not raw:
+        return []
+    args, depth, start, i = [], 0, 0, 0
+    while i < len(raw):
+        c = raw[i]
+        if c in "'\"":
+            i = _end_of_literal(raw, i)
             continue
-        arg.append(ch)
-    return None, -1
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(raw[start:i].strip())
+            start = i + 1
+        i += 1
+    return [*args, raw[start:].strip()]
+
+
+def _interpolate(sql: str, tr: TimeRange) -> str:
+    for name in _BY_LENGTH:
+        token, out, rest = "$__" + name, [], sql
+        while (at := rest.find(token)) >= 0:
+            after = at + len(token)
+            if after < len(rest) and _NAME_CHAR.match(rest[after]):
+                out.append(rest[:after])
+                rest = rest[after:]
+                continue
+            out.append(rest[:at])
+            rest, raw = rest[after:], ""
+            if rest.startswith("("):
+                end = _closing_paren(rest, 0)
+                if end >= 0:
+                    raw, rest = rest[1:end], rest[end + 1:]
+            out.append(_MACROS[name](tr, _split_args(_interpolate(raw, tr))))
+        sql = "".join(out) + rest
+    return sql
 
 
 def expand_macros(sql: str, tr: TimeRange) -> str:
-    for name, macro in _MACROS.items():
-        matches = []
-        for m in re.finditer(r"\$__" + re.escape(name) + r"\b", sql):
-            args, length = _parse_args(sql[m.end():])
-            if length < 0:
-                raise MacroError(f"$__{name}: failed to parse macro arguments (missing close bracket?)")
-            matches.append((sql[m.start():m.end() + length], args))
-        for full, args in matches:
-            sql = sql.replace(full, macro(tr, args))
-    return sql
+    """The plugin's ``Interpolate``: unknown ``$__`` names are left as they are."""
+    if "$__" not in sql:
+        return sql
+    return _interpolate(_strip_comments(sql), tr)
 
 
 def render(sql: str, tr: TimeRange, variables: dict[str, Variable] | None = None) -> str:

@@ -50,7 +50,7 @@ GRAFANA_GLOBALS = {"__from", "__to", "__interval", "__interval_ms", "__range", "
                    "__dashboard", "__user", "__org", "__timezone", "__all"}
 PLUGIN_MACROS = {"__fromTime", "__toTime", "__fromTime_ms", "__toTime_ms", "__timeFilter", "__timeFilter_ms",
                  "__dateFilter", "__dateTimeFilter", "__dt", "__timeInterval", "__timeInterval_ms", "__interval_s",
-                 "__conditionalAll"}
+                 "__timeFrom", "__timeTo", "__timeGroup", "__conditionalAll"}
 
 
 def fixture_plan() -> ClusterPlan:
@@ -164,7 +164,8 @@ def test_dashboard_is_well_formed_for_provisioning(path):
     assert not undefined, f"{path.name} uses undefined variables or unknown macros: {sorted(undefined)}"
 
 
-# -- pure: the expansion helper against the plugin's documented outputs --------------------
+# -- pure: the expansion helper against the plugin's own tests (v4.20.0) -------------------
+# pkg/macros/macros_test.go and pkg/plugin/driver_test.go of grafana/clickhouse-datasource v4.20.0.
 
 README_RANGE = TimeRange(1415792726123, 1447328726456, interval_ms=20_000)
 
@@ -183,17 +184,49 @@ README_RANGE = TimeRange(1415792726123, 1447328726456, interval_ms=20_000)
     ("$__timeInterval_ms(column)", "toStartOfInterval(toDateTime64(column, 3), INTERVAL 20000 millisecond)"),
     ("$__timeFilter(toDateTime(a, 'UTC'))",
      "toDateTime(a, 'UTC') >= toDateTime(1415792726) AND toDateTime(a, 'UTC') <= toDateTime(1447328726)"),
+    ("where $__timeFilter(cast(sth as timestamp) )",
+     "where cast(sth as timestamp) >= toDateTime(1415792726) AND cast(sth as timestamp) <= toDateTime(1447328726)"),
+    # 4.19+: ClickHouse forms of the SDK's $__timeFrom, $__timeTo and $__timeGroup
+    ("$__timeFrom(ts)", "ts >= toDateTime(1415792726)"),
+    ("$__timeTo(ts)", "ts <= toDateTime(1447328726)"),
+    ("$__timeGroup(ts, 5m)", "toStartOfInterval(toDateTime(ts), INTERVAL 300 second)"),
+    ("$__timeGroup(ts, '1h')", "toStartOfInterval(toDateTime(ts), INTERVAL 3600 second)"),
+    # 4.20: macros inside another macro's arguments expand first
+    ("SELECT $__timeInterval($__fromTime) AS f",
+     "SELECT toStartOfInterval(toDateTime(toDateTime(1415792726)), INTERVAL 20 second) AS f"),
+    ("where $__timeFilter(coalesce(closed_at, $__toTime))",
+     "where coalesce(closed_at, toDateTime(1447328726)) >= toDateTime(1415792726) AND "
+     "coalesce(closed_at, toDateTime(1447328726)) <= toDateTime(1447328726)"),
+    # comments are blanked before expansion; string literals (\\' and '' escapes) are kept
+    ("SELECT $__fromTime -- $__timeFilter()\nFROM t", "SELECT toDateTime(1415792726) " + " " * 18 + "\nFROM t"),
+    ("where msg = 'it\\'s -- fine' and $__fromTime", "where msg = 'it\\'s -- fine' and toDateTime(1415792726)"),
+    ("where msg = 'it''s' /* x */ and $__toTime", "where msg = 'it''s' " + " " * 7 + " and toDateTime(1447328726)"),
+    ("SELECT 1 -- no macro here", "SELECT 1 -- no macro here"),
+    ("$__timeFilterX(t) $__unknown(t)", "$__timeFilterX(t) $__unknown(t)"),
 ])
-def test_backend_macros_expand_as_the_plugin_documents(sql, expected):
+def test_backend_macros_expand_as_the_plugin_does(sql, expected):
     assert expand_macros(sql, README_RANGE) == expected
 
 
-def test_backend_macro_errors_and_interval_floor():
-    with pytest.raises(MacroError, match="expected 1 argument, received 0"):
-        expand_macros("WHERE $__timeFilter", README_RANGE)
-    with pytest.raises(MacroError, match="missing close bracket"):
-        expand_macros("WHERE $__timeFilter(t", README_RANGE)
+@pytest.mark.parametrize("sql,message", [
+    ("WHERE $__timeFilter", r"unexpected number of arguments: \$__timeFilter expected 1 argument\(s\), received 0"),
+    ("SELECT $__timeFilter()", r"\$__timeFilter expected 1 argument\(s\), received 0"),
+    ("WHERE $__timeFilter(t", r"\$__timeFilter expected 1 argument\(s\), received 0"),  # an unclosed ( gives no arguments
+    ("$__dt(d)", r"\$__dateTimeFilter expected 2 argument\(s\), received 1"),
+    ("$__timeFrom()", r"\$__timeFrom expected 1 argument\(s\), received 0"),
+    ("$__timeGroup(ts)", r"\$__timeGroup expected 2 argument\(s\), received 1"),
+    ("$__timeGroup(ts, nope)", r"\$__timeGroup: invalid interval 'nope'"),
+    ("$__timeGroup(ts, 0s)", r"\$__timeGroup: interval must be positive"),
+    ("SELECT * FROM $__table", r"\$__table: no table name in query context"),
+])
+def test_backend_macro_errors_are_the_plugins(sql, message):
+    with pytest.raises(MacroError, match=message):
+        expand_macros(sql, README_RANGE)
+
+
+def test_backend_interval_floor_and_defaults():
     assert expand_macros("$__interval_s", TimeRange(0, 1000, interval_ms=200)) == "1"
+    assert expand_macros("$__interval $__interval_ms", TimeRange(0, 1000, interval_ms=300_000)) == "5m 300000"
 
 
 def test_conditional_all_and_variables_as_grafana_replaces_them():
@@ -366,3 +399,4 @@ def test_dashboard_numbers_agree_with_the_showback(demo):
     unknown = demo.showback["platform"]["idle_gpu_hours"]["telemetry_unknown"]
     assert sum(r[3] for r in rows) == pytest.approx(unknown, abs=5e-3)
     assert max(rows, key=lambda r: r[3])[0] == "gpu-node-2"
+

@@ -376,7 +376,8 @@ def config_file_on_host(service: dict, flag: str) -> Path:
 def test_grafana_gets_the_clickhouse_plugin_datasource_and_dashboards():
     grafana = load_compose()["services"]["grafana"]
     env = env_of(grafana)
-    assert "grafana-clickhouse-datasource" in env["GF_PLUGINS_PREINSTALL_SYNC"].split(",")
+    # id@version pins the plugin (Grafana updates unpinned ones): the version the macro model follows
+    assert "grafana-clickhouse-datasource@4.20.0" in env["GF_PLUGINS_PREINSTALL_SYNC"].split(",")
     mounts = {target: source for source, target, _ in bind_mounts(grafana)}
     assert mounts["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
     provisioning = REPO / "deploy" / "grafana" / "provisioning"

@@ -105,3 +105,15 @@ def test_the_check_finds_a_raw_or_quoted_variable_in_a_literal():
     assert references_in_literals("x = '${period:sqlstring}'") == [("${period:sqlstring}", "sqlstring")]
     assert references_in_literals("x = 'it''s ${period:percentencode}' AND $__from > 0") == [
         ("${period:percentencode}", "percentencode")]
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
+def test_query_variables_store_the_plugins_variable_model(path):
+    """grafana-clickhouse-datasource 4.19+ (``src/data/CHVariableSupport.tsx``, checked at v4.20.0)
+    keeps a variable's query as ``{refId, queryType, rawSql}``, ``queryType`` one of ``sql``,
+    ``databases``, ``tables``, ``columns``, ``columnValues``; custom SQL is ``sql`` (a panel
+    query's ``table``/``timeseries`` is not a variable query type, and the editor shows none)."""
+    board = json.loads(path.read_text())
+    for v in board.get("templating", {}).get("list", []):
+        if v["type"] == "query":
+            assert v["query"] == {"refId": v["query"]["refId"], "queryType": "sql", "rawSql": v["definition"]}, v["name"]
