@@ -113,7 +113,10 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "confidence_gpu_hours": {k: f"{v:.6f}" for k, v in e["confidence_gpu_hours"].items()},
         **({"reclaimed_gpu_hours": {k.removesuffix("_gpu_hours"): f"{v:.6f}" for k, v in e["reclaimed"].items()
                                     if k.endswith("_gpu_hours")}} if e.get("reclaimed") else {}),
-        **({"daily": [_day(d) for d in e["daily"]]} if e.get("daily") else {})}
+        **({"daily": [_day(d) for d in e["daily"]]} if e.get("daily") else {}),
+        **({"productive_by_capacity": {k: {m: f"{v:.6f}" for m, v in d.items()}
+                                       for k, d in e["productive_by_capacity"].items()}}
+           if e.get("productive_by_capacity") else {})}
         for e in showback["tenants"]}
     for o in (showback.get("cost_per_outcome") or {}).get("tenants", ()):  # the period's charges over its outcomes
         measured.setdefault(o["tenant_id"], {})["cost_per_outcome"] = {

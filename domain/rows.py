@@ -37,6 +37,7 @@ def price_rows(rows: dict) -> Priced:
     quotas, credits, declarations = parsed(rows, "quotas"), parsed(rows, "credits"), parsed(rows, "endpoints")
     capacity, intervals, rows["endpoint_refusals"] = declared_endpoints(
         declarations, rows["from_ms"], rows.get("endpoint_capacity", ()), rows.get("endpoint_intervals", ()))
+    rows["declared_endpoint_intervals"] = intervals
     version, blocks, units = _endpoints(rows, capacity)
     rows["endpoint_blocks"] = (version, blocks)
     by_id = {c.version: c for c in cards}

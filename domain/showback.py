@@ -13,6 +13,7 @@ from fractions import Fraction
 from gpuledger.domain.cost import round_cents
 from gpuledger.domain.daily import daily_series
 from gpuledger.domain.preemption import reclaimed_by_tenant
+from gpuledger.domain.productive_capacity import productive_by_capacity
 from gpuledger.domain.pricing import Priced, rounded
 from gpuledger.domain.quota import borrowing_over_limits
 from gpuledger.domain.rows import COST_PARTS, money_reconciliation, parsed, price_rows
@@ -39,6 +40,8 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
                 "entitlement": None,  # from quotas: guaranteed GPU-hours entitled, used, unused and their list value
                 "reclaimed": None,  # GPU-hours of its pods the cluster preempted or evicted (domain/preemption.py)
                 "borrow_limits": None,  # per class with a borrow limit: the limit, peak borrowed, GPU-hours over it
+                # its successful requests and output tokens served on guaranteed or borrowed capacity
+                "productive_by_capacity": None,
                 "cost": None,
             }
         return tenants[tid]
@@ -82,6 +85,10 @@ def build_showback(rows: dict, tenant: str | None = None, priced: Priced | None 
     for (tid, gpu_class), over in borrowing_over_limits([tuple(h) for h in rows.get("held", ())], parsed(rows, "quotas"),
                                                        rows["from_ms"], rows["as_of_ms"]).items():
         entry(tid)["borrow_limits"] = {**(entry(tid)["borrow_limits"] or {}), gpu_class: over}
+    for tid, block in productive_by_capacity(rows.get("hourly_endpoint_work", ()),
+                                             rows.get("declared_endpoint_intervals", ()),
+                                             [tuple(h) for h in rows.get("held", ())], parsed(rows, "quotas")).items():
+        entry(tid)["productive_by_capacity"] = block
     work = []
     for tid, ep, model, n, ok, tin, tout, queue, ttft, e2e in rows.get("productive_work", ()):
         e = entry(tid)

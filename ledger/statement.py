@@ -143,6 +143,16 @@ def render_statement(doc: dict, tenant_id: str, daily: list[dict] | None = None)
                                       ("output tokens (per million)", "output_tokens", "per_million_output_tokens"),
                                       ("completed jobs", "completed_jobs", "per_completed_job")))
         + "</table>")
+    served = summary.get("productive_by_capacity")
+    per += "" if not served else (
+        "<h3 id='served-on'>Where your requests were served</h3><p>Successful requests and output tokens by the "
+        "capacity the serving endpoint's owner held at the time: within its guaranteed quota, or borrowed above it "
+        "(borrowed capacity can be reclaimed).</p><table><tr><th>capacity</th><th class='num'>successful requests"
+        "</th><th class='num'>output tokens</th></tr>"
+        + "".join(f"<tr><td>{k}</td><td class='num'>{escape(served[k]['successful_requests'])}</td>"
+                  f"<td class='num'>{escape(served[k]['output_tokens'])}</td></tr>"
+                  for k in ("guaranteed", "borrowed", "unknown") if k in served)
+        + "</table>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Statement {escape(tenant_id)} {escape(doc['period'])}</title>
 <style>{_CSS}</style></head><body>

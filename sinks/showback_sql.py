@@ -214,6 +214,15 @@ def hourly_tokens_sql(db: str) -> str:
         GROUP BY tenant_id, hour_ms, endpoint_id ORDER BY tenant_id, hour_ms, endpoint_id"""
 
 
+def hourly_endpoint_work_sql(db: str) -> str:
+    """Successful requests and output tokens per tenant, hour and endpoint (what the endpoint's
+    capacity class that hour is told apart by: domain/productive_capacity.py)."""
+    return f"""SELECT tenant_id, intDiv(observed_at_ms, 3600000) * 3600000 AS hour_ms, endpoint_id,
+            countIf(outcome = 'success'), sumIf(output_tokens, outcome = 'success')
+        FROM {db}.request_facts FINAL WHERE {_REQUESTS_IN_WINDOW}
+        GROUP BY tenant_id, hour_ms, endpoint_id ORDER BY tenant_id, hour_ms, endpoint_id"""
+
+
 def hierarchy_sql(db: str) -> str:
     """Tenant -> project -> cost centre as the evidence of the window names them."""
     return f"""SELECT DISTINCT tenant_id, project_id, cost_center FROM {db}.capacity_facts FINAL
@@ -318,6 +327,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
     rows["completed_jobs"] = reader.query(completed_jobs_sql(db), p)[1]
     rows["endpoint_intervals"] = reader.query(endpoint_intervals_sql(db), p)[1]
     rows["hourly_tokens"] = reader.query(hourly_tokens_sql(db), p)[1]
+    rows["hourly_endpoint_work"] = reader.query(hourly_endpoint_work_sql(db), p)[1]
     rows["fragmentation"] = reader.query(fragmentation_sql(db), p)[1]
     rows["unhostable"] = reader.query(unhostable_sql(db), p)[1]
     rows["hierarchy"] = reader.query(hierarchy_sql(db), p)[1]

@@ -119,3 +119,26 @@ def test_evidence_of_two_clusters_is_refused_rather_than_priced_by_one_card(tmp_
         src_topic="t", src_partition=0, src_offset=0)
     with pytest.raises(ClusterScopeError, match="prod-ai-1, prod-ai-2"):
         _showback(plan, tmp_path, extra_facts=FactBatch(capacity=[stray]))
+
+
+def test_requests_split_by_the_endpoint_owner_s_guaranteed_and_borrowed_capacity(tmp_path):
+    # ml-platform serves chat-llm on 2 GPUs for the 3 hours; with a quota of 1 GPU, half of what
+    # it held each hour was borrowed, so half of every consumer's successful requests ran on
+    # borrowed capacity. Without a quota everything it held was borrowed.
+    plan = service_plan()
+    quota = [{"tenant_id": "ml-platform", "gpu_class": "H100-80GB", "guaranteed_gpus": 1,
+              "valid_from": "2026-10-01T00:00:00Z"}]
+    doc = _showback(plan, tmp_path / "quota", documents=[(plan.cluster_id, "quotas", quota)])
+    owner = next(t for t in doc["tenants"] if t["tenant_id"] == "ml-platform")
+    assert owner["guaranteed_gpu_hours"] == pytest.approx(3.0) and owner["borrowed_gpu_hours"] == pytest.approx(3.0)
+    served = {t["tenant_id"]: t["productive_by_capacity"] for t in doc["tenants"] if t["productive_by_capacity"]}
+    assert set(served) == {"alpha", "beta", "gamma"}
+    for tenant, block in served.items():
+        ok = next(t["successful_requests"] for t in doc["tenants"] if t["tenant_id"] == tenant)
+        assert ok > 0
+        assert block["guaranteed"]["successful_requests"] == pytest.approx(ok / 2)
+        assert block["borrowed"]["successful_requests"] == pytest.approx(ok / 2)
+        assert block["unknown"]["successful_requests"] == 0
+    none = _showback(plan, tmp_path / "none")
+    assert all(t["productive_by_capacity"]["guaranteed"]["successful_requests"] == 0
+               for t in none["tenants"] if t["productive_by_capacity"])
