@@ -56,19 +56,42 @@ def namespace_object(name: str, uid: str, created_ms: int, tenant: str | None, p
 
 
 def pod_object(namespace: str, name: str, uid: str, node: str, created_ms: int, gpus: int, phase: str = "Running",
-               rv: int = 1, endpoint: str = "", mig_profile: str = "") -> dict:  # noqa: PLR0913
+               rv: int = 1, endpoint: str = "", mig_profile: str = "", *, scheduled_ms: int | None = None,
+               unschedulable: bool = False, started_ms: int | None = None, finished_ms: int | None = None,
+               priority_class: str = "", priority: int | None = None) -> dict:  # noqa: PLR0913
+    """A Pod as the API server shows it. ``scheduled_ms``: the ``PodScheduled`` condition turned
+    True then (bound to ``node``); ``unschedulable``: it is ``False`` (reason ``Unschedulable``)
+    since creation instead; ``started_ms``: its container's ``startedAt`` (running, or terminated
+    at ``finished_ms``)."""
     labels = {"app.kubernetes.io/name": name.rsplit("-", 1)[0]}
     if endpoint:
         labels["gpuledger.io/endpoint"] = endpoint
     resource = f"nvidia.com/mig-{mig_profile}" if mig_profile else "nvidia.com/gpu"
     limits = {"cpu": "8", "memory": "64Gi", resource: str(gpus)}
+    status: dict = {"phase": phase, "qosClass": "Guaranteed"}
+    if scheduled_ms is not None or unschedulable:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False" if unschedulable else "True",
+                                 "lastProbeTime": None,
+                                 "lastTransitionTime": format_rfc3339(created_ms if unschedulable else scheduled_ms),
+                                 **({"reason": "Unschedulable", "message": "0/4 nodes are available: "
+                                     f"4 Insufficient {resource}."} if unschedulable else {})}]
+    if started_ms is not None:
+        state = ({"terminated": {"exitCode": 0 if phase == "Succeeded" else 1, "reason": "Completed" if phase ==
+                                 "Succeeded" else "Error", "startedAt": format_rfc3339(started_ms),
+                                 "finishedAt": format_rfc3339(finished_ms)}} if finished_ms is not None
+                 else {"running": {"startedAt": format_rfc3339(started_ms)}})
+        status["containerStatuses"] = [{"name": "main", "image": "registry.example.com/ml/train:2.4",
+                                        "ready": finished_ms is None, "restartCount": 0, "started": finished_ms is None,
+                                        "state": state}]
+    spec = {**({"nodeName": node} if node else {}), "restartPolicy": "Never", "schedulerName": "default-scheduler",
+            **({"priorityClassName": priority_class} if priority_class else {}),
+            **({"priority": priority} if priority is not None else {}),
+            "containers": [{"name": "main", "image": "registry.example.com/ml/train:2.4",
+                            "resources": {"limits": limits, "requests": limits}}]}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": str(rv),
                          "labels": labels, "creationTimestamp": format_rfc3339(created_ms)},
-            "spec": {**({"nodeName": node} if node else {}), "restartPolicy": "Never", "schedulerName": "default-scheduler",
-                     "containers": [{"name": "main", "image": "registry.example.com/ml/train:2.4",
-                                     "resources": {"limits": limits, "requests": limits}}]},
-            "status": {"phase": phase, "qosClass": "Guaranteed"}}
+            "spec": spec, "status": status}
 
 
 def podresources_response(holders: dict[tuple[str, str], list[str]]) -> dict:

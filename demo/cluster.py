@@ -35,6 +35,19 @@ class PodPlan:
     endpoint: str = ""  # gpuledger.io/endpoint label: a shared model endpoint's serving pod
     waits_for_mig: str = ""  # a MIG profile this pod asks for and never gets: it stays Pending
     disrupted: str = ""  # "preempted" or "evicted": the cluster ends it at end_ms (DisruptionTarget, Failed)
+    created_ms: int | None = None  # created (then Pending); default: 5 s before start_ms
+    bound_ms: int | None = None  # the scheduler bound it to ``node`` (PodScheduled); default: at creation
+    priority_class: str = ""  # spec.priorityClassName, with spec.priority below
+    priority: int = 0
+    never_runs: bool = False  # deleted at end_ms while still Pending (never bound with node ""): holds no GPU
+
+    @property
+    def created_at_ms(self) -> int:
+        return self.start_ms - 5_000 if self.created_ms is None else self.created_ms
+
+    @property
+    def bound_at_ms(self) -> int:
+        return self.created_at_ms if self.bound_ms is None else self.bound_ms
 
     def sm_at(self, gpu_index: int, t_ms: int) -> float:
         """Deterministic, bounded variation around the mean."""
@@ -173,32 +186,51 @@ def _watch_events(plan: ClusterPlan) -> list[tuple[int, int, str, dict]]:
             last = ns.owners[-1][1]
             events.append((ns.deleted_ms, 2, "DELETED", namespace_object(ns.name, ns.uid, ns.created_ms, last)))
     for p in plan.pods:
-        created = p.start_ms - 5_000
-        shown = max(created, plan.start_ms)
-        n = len(p.gpus) or len(p.devices) or 1
-        steps = ((shown, "ADDED", "Pending"), (max(p.start_ms, plan.start_ms), "MODIFIED", "Running"),
-                 (p.end_ms, "DELETED", "Succeeded"))
-        if p.waits_for_mig:
-            steps = ((max(p.start_ms, plan.start_ms), "ADDED", "Pending"), (p.end_ms, "DELETED", "Pending"))
-        if p.disrupted:  # marked for disruption, then failed and deleted by the cluster
-            steps = (*steps[:2], (p.end_ms - 30_000, "MODIFIED", "Running"), (p.end_ms, "DELETED", "Failed"))
-        for i, (t, kind, phase) in enumerate(steps):
-            if t <= plan.end_ms:
-                obj = pod_object(p.namespace, p.name, p.uid, "" if p.waits_for_mig else p.node,
-                                 p.start_ms if p.waits_for_mig else created, n, phase,
-                                 endpoint=p.endpoint, mig_profile=p.waits_for_mig)
-                if p.disrupted and i >= 2:
-                    obj["status"].update(_disruption_status(p.disrupted))
-                events.append((t, 1, kind, obj))
+        events += _pod_events(plan, p)
     events.sort(key=lambda e: (e[0], e[1]))
     return events
 
 
-def _disruption_status(how: str) -> dict:
+def _pod_events(plan: ClusterPlan, p: PodPlan) -> list[tuple[int, int, str, dict]]:
+    """A pod's watch events: created Pending (unbound until ``bound_at_ms``), bound, Running from
+    ``start_ms`` (its container's startedAt), ended at ``end_ms``; what the plan's window shows."""
+    created, bound = p.created_at_ms, p.bound_at_ms
+    shown = max(created, plan.start_ms)
+    n = len(p.gpus) or len(p.devices) or 1
+    steps = [(shown, "ADDED", "Pending")]
+    if bound > shown and p.node:
+        steps.append((bound, "MODIFIED", "Pending"))
+    steps += [(p.end_ms, "DELETED", "Pending")] if p.never_runs else [
+        (max(p.start_ms, plan.start_ms), "MODIFIED", "Running"), (p.end_ms, "DELETED", "Succeeded")]
+    if p.waits_for_mig:
+        steps = [(max(p.start_ms, plan.start_ms), "ADDED", "Pending"), (p.end_ms, "DELETED", "Pending")]
+    if p.disrupted:  # marked for disruption, then failed and deleted by the cluster
+        steps = [*steps[:-1], (p.end_ms - 30_000, "MODIFIED", "Running"), (p.end_ms, "DELETED", "Failed")]
+    out = []
+    for i, (t, kind, phase) in enumerate(steps):
+        if t > plan.end_ms:
+            continue
+        if p.waits_for_mig:
+            obj = pod_object(p.namespace, p.name, p.uid, "", p.start_ms, n, phase, endpoint=p.endpoint,
+                             mig_profile=p.waits_for_mig)
+        else:
+            is_bound, ran = bool(p.node) and bound <= t, phase != "Pending"
+            obj = pod_object(p.namespace, p.name, p.uid, p.node if is_bound else "", created, n, phase,
+                             endpoint=p.endpoint, scheduled_ms=bound if is_bound else None, unschedulable=not is_bound,
+                             started_ms=p.start_ms if ran else None,
+                             finished_ms=p.end_ms if phase in ("Succeeded", "Failed") else None,
+                             priority_class=p.priority_class, priority=p.priority)
+        if p.disrupted and i >= len(steps) - 2:
+            obj["status"]["conditions"] = obj["status"].get("conditions", []) + _disruption_conditions(p.disrupted)
+        out.append((t, 1, kind, obj))
+    return out
+
+
+def _disruption_conditions(how: str) -> list[dict]:
     """What the API server shows on a pod the scheduler preempted or the Eviction API evicted."""
     reason, message = (("PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod")
                        if how == "preempted" else ("EvictionByEvictionAPI", "Eviction API: evicting"))
-    return {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message}]}
+    return [{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message}]
 
 
 def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None] = lambda _: None) -> Path:
@@ -221,7 +253,8 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
     w.watch_stream([(t, kind, obj) for t, _, kind, obj in merged], 1000)
     progress(f"generate: {len(merged)} watch events")
 
-    by_node = {node: [p for p in plan.pods if p.node == node and not p.waits_for_mig] for node in plan.nodes}
+    by_node = {node: [p for p in plan.pods if p.node == node and not (p.waits_for_mig or p.never_runs)]
+               for node in plan.nodes}
     for t in range(plan.start_ms, plan.end_ms + 1, plan.snapshot_every_ms):
         for node, gpus in plan.nodes.items():
             holders = {}

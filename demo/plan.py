@@ -100,6 +100,35 @@ def _requests(rng: random.Random, start_ms: int, end_ms: int) -> list[dict]:
     return out
 
 
+# Priority classes as a cluster defines them (PriorityClass objects): name -> value.
+PRIORITY_CLASSES = {"production-high": 100_000, "training-default": 1_000, "batch-low": 100}
+_TENANT_PRIORITY = {"finance": "production-high", "ml-platform": "production-high", "research": "batch-low",
+                    "nlp": "batch-low", "vision": "training-default", "recsys": "training-default",
+                    "speech": "training-default"}
+
+
+def _queued(pods: list[PodPlan], start_ms: int, rng: random.Random) -> list[PodPlan]:
+    """Whole-GPU jobs wait for the scheduler: each gets its tenant's priority class, and most of
+    those starting after the first half hour were created 1-40 min before they started, bound
+    5 s-3 min before (the image pull and container start). Drawn from their own generator, so
+    the rest of the plan is the same with or without them."""
+    out = []
+    for p in pods:
+        if not p.gpus or p.devices or p.endpoint or p.namespace == "scratch":
+            out.append(p)
+            continue
+        tenant = p.namespace.removesuffix("-train") if p.namespace.endswith("-train") else "research"
+        pclass = _TENANT_PRIORITY.get(tenant, "training-default")
+        created = bound = None
+        if p.start_ms >= start_ms + 30 * M and rng.random() < 0.7:
+            startup_ms = rng.randint(5, 180) * 1000
+            bound = p.start_ms - startup_ms
+            created = bound - rng.randint(1, 40 * 60) * 1000
+        out.append(replace(p, created_ms=created, bound_ms=bound, priority_class=pclass,
+                           priority=PRIORITY_CLASSES[pclass]))
+    return out
+
+
 def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
     end_ms = start_ms + hours * H
     b = _Builder(start_ms, end_ms, seed)
@@ -130,6 +159,8 @@ def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
     if vision:
         first = min(vision, key=lambda i: b.pods[i].start_ms)
         b.pods[first] = replace(b.pods[first], disrupted="evicted")
+
+    b.pods = _queued(b.pods, start_ms, random.Random(seed + 1))
 
     # MIG: GPU 0 re-partitioned at noon, GPU 1 fixed; time-slicing: GPUs 2 and 3, 4 replicas.
     n4 = nodes["gpu-node-4"]

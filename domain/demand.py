@@ -1,9 +1,12 @@
 """GPU demand from the watch stream, as facts of two outcomes:
 
-- waiting demand for MIG profiles: a pod that asked for ``nvidia.com/mig-<profile>`` and
-  waited ``[created, running or deleted)`` (outcome ``scheduled`` or ``ended without
-  running``). Set against free MIG capacity, it shows capacity that could not host the
-  profile asked for (fragmentation);
+- waiting demand: a pod that asked for whole GPUs (``nvidia.com/gpu``, profile ``""``) or MIG
+  profiles (``nvidia.com/mig-<profile>``, one fact per profile) and waited ``[created,
+  running or ended)`` (outcome ``scheduled`` or ``ended without running``). Each wait also
+  says when the scheduler bound the pod (``scheduled_ms``: the wait splits into scheduling
+  delay, created -> bound, and startup delay, bound -> running), the node, and the pod's
+  priority class and priority. Set against free MIG capacity, a MIG wait shows capacity that
+  could not host the profile asked for (fragmentation);
 - how a GPU pod's life ended: every pod that asked for GPUs (whole or MIG), over its life
   ``[created, ended)``, with outcome ``completed`` (phase Succeeded: a finished job),
   ``failed``, ``deleted`` (while pending or running), or — when the cluster ended it —
@@ -11,7 +14,8 @@
   capacity facts (by ``pod_uid``): the showback counts the GPU-hours, guaranteed and
   borrowed, the cluster took back, and the cost per completed job.
 
-A fact is made once its interval has ended and the watch stream has passed its end.
+A fact is made once its interval has ended and the watch stream has passed its end. A wait
+of no length (a pod first seen running at its creation) is no fact.
 
 ``done`` holds the pods whose wait is already a fact. ``prune_done`` keeps it to the pods
 still in the book: run it after ``OwnershipBook.prune``. A pod the book forgot is never
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuledger.domain.facts import fact_id
-from gpuledger.domain.k8s import OwnershipBook
+from gpuledger.domain.k8s import OwnershipBook, PodLife
 
 __all__ = ["ENDED", "DemandFact", "closed_demand", "prune_done"]
 
@@ -45,21 +49,38 @@ class DemandFact:
     waited_from_ms: int
     waited_to_ms: int
     outcome: str  # waits: scheduled, ended without running; ends: completed, failed, deleted, preempted, evicted
+    node: str = ""  # the node it was bound to ("" if never)
+    scheduled_ms: int | None = None  # bound (PodScheduled), within [waited_from_ms, waited_to_ms]; None if not
+    running_ms: int | None = None  # started running, within the interval; None if not
+    priority_class: str = ""
+    priority: int | None = None
+
+
+def _progress(pod: PodLife, until_ms: int) -> dict:
+    """The bind and start of ``pod`` as of ``until_ms`` (the end of the fact's interval)."""
+    running = pod.running_ms if pod.running_ms is not None and pod.running_ms <= until_ms else None
+    bound = pod.scheduled_ms if pod.scheduled_ms is not None and pod.scheduled_ms <= until_ms else None
+    if bound is not None and running is not None:
+        bound = min(bound, running)  # clocks of the scheduler and the kubelet disagree: bound before running
+    return {"node": pod.node, "scheduled_ms": bound, "running_ms": running, "priority_class": pod.priority_class,
+            "priority": pod.priority}
 
 
 def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, done: set[str]) -> list[DemandFact]:
     out = []
     for pod in book.pods.values():
-        if (pod.gpus or pod.mig_requests) and f"{pod.uid}/{ENDED}" not in done and \
-                pod.end_ms is not None and pod.end_ms <= k8s_watermark_ms:
+        if not (pod.gpus or pod.mig_requests):
+            continue
+        asks = ([("", pod.gpus)] if pod.gpus else []) + sorted(pod.mig_requests.items())
+        if f"{pod.uid}/{ENDED}" not in done and pod.end_ms is not None and pod.end_ms <= k8s_watermark_ms:
             done.add(f"{pod.uid}/{ENDED}")
             ns = book.namespace_at(pod.namespace, pod.start_ms)
-            profile, n = ("", pod.gpus) if pod.gpus else sorted(pod.mig_requests.items())[0]
+            profile, n = asks[0]
             outcome = pod.disruption or _END_OUTCOMES.get(pod.end_phase, "deleted")
             out.append(DemandFact(fact_id("demand", cluster_id, pod.uid, ENDED), cluster_id,
                                   ns.tenant_id if ns else "", pod.namespace, pod.name, pod.uid, profile, n,
-                                  pod.start_ms, pod.end_ms, outcome))
-        if not pod.mig_requests or pod.uid in done:
+                                  pod.start_ms, pod.end_ms, outcome, **_progress(pod, pod.end_ms)))
+        if pod.uid in done:
             continue
         ends = [t for t in (pod.running_ms, pod.end_ms) if t is not None]
         if not ends or min(ends) > k8s_watermark_ms:
@@ -68,11 +89,12 @@ def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, d
         ns = book.namespace_at(pod.namespace, pod.start_ms)
         outcome = "scheduled" if pod.running_ms is not None and pod.running_ms == until else "ended without running"
         done.add(pod.uid)
-        for profile, n in sorted(pod.mig_requests.items()):
+        progress = _progress(pod, until)
+        for profile, n in asks:
             if until > pod.start_ms:
                 out.append(DemandFact(fact_id("demand", cluster_id, pod.uid, profile), cluster_id,
                                       ns.tenant_id if ns else "", pod.namespace, pod.name, pod.uid, profile, n,
-                                      pod.start_ms, until, outcome))
+                                      pod.start_ms, until, outcome, **progress))
     return out
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuledger.domain import pod_spec
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
 __all__ = ["LABEL_COST_CENTER", "LABEL_ENDPOINT", "LABEL_PROJECT", "LABEL_TENANT", "NamespaceVersion",
@@ -62,11 +63,14 @@ class PodLife:
     start_ms: int
     end_ms: int | None = None
     endpoint_id: str = ""
-    running_ms: int | None = None  # first seen Running: the end of its wait for resources
+    running_ms: int | None = None  # started running (containers' startedAt, else first seen Running): its wait's end
     mig_requests: dict[str, int] = field(default_factory=dict)  # MIG profile -> instances requested
     gpus: int = 0  # whole GPUs requested (nvidia.com/gpu)
-    disruption: str = ""  # "preempted" or "evicted": why the cluster ended it (see _disruption)
+    disruption: str = ""  # "preempted" or "evicted": why the cluster ended it (pod_spec.disruption)
     end_phase: str = ""  # the phase it ended in: Succeeded, Failed, or "" (deleted while pending or running)
+    scheduled_ms: int | None = None  # bound to a node: PodScheduled's time, else first seen with spec.nodeName
+    priority_class: str = ""  # spec.priorityClassName
+    priority: int | None = None  # spec.priority
 
     def covers(self, t_ms: int) -> bool:
         return self.start_ms <= t_ms and (self.end_ms is None or t_ms < self.end_ms)
@@ -153,18 +157,18 @@ class OwnershipBook:
         if life is None:
             labels = meta.get("labels") or {}
             life = PodLife(uid, namespace, name, (obj.get("spec") or {}).get("nodeName") or "",
-                           _created_ms(meta, t_ms), None, labels.get(LABEL_ENDPOINT, ""), None, _mig_requests(obj),
-                           _whole_gpus(obj))
+                           _created_ms(meta, t_ms), None, labels.get(LABEL_ENDPOINT, ""), None,
+                           pod_spec.mig_requests(obj), pod_spec.whole_gpus(obj),
+                           priority_class=pod_spec.priority_class(obj), priority=pod_spec.priority(obj))
             self.pods[uid] = life
             self.pods_by_name.setdefault(f"{namespace}/{name}", []).append(uid)
         if not life.node:
             life.node = (obj.get("spec") or {}).get("nodeName") or ""
-        disrupted = _disruption(obj)
+        disrupted = pod_spec.disruption(obj)
         if disrupted and (life.end_ms is None or t_ms <= life.end_ms):
             life.disruption = disrupted
         phase = (obj.get("status") or {}).get("phase")
-        if phase == "Running" and (life.running_ms is None or t_ms < life.running_ms):
-            life.running_ms = t_ms
+        _note_progress(life, obj, phase, t_ms)
         if event_type == "DELETED" or phase in _TERMINAL_PHASES:
             if life.end_ms is None or t_ms < life.end_ms:
                 life.end_ms = max(t_ms, life.start_ms)
@@ -256,7 +260,8 @@ class OwnershipBook:
             "namespaces": [[v.uid, v.name, v.from_ms, v.to_ms, v.tenant_id, v.project_id, v.cost_center]
                            for vs in self.namespaces.values() for v in vs],
             "pods": [[p.uid, p.namespace, p.name, p.node, p.start_ms, p.end_ms, p.endpoint_id, p.running_ms,
-                      p.mig_requests, p.gpus, p.disruption, p.end_phase] for p in self.pods.values()],
+                      p.mig_requests, p.gpus, p.disruption, p.end_phase, p.scheduled_ms, p.priority_class,
+                      p.priority] for p in self.pods.values()],
         }
         if self.origin_ms is not None:
             state["origin_ms"] = self.origin_ms
@@ -325,51 +330,25 @@ def _check_shape(obj) -> None:
             _expect((res or {}).get(part), dict, f"spec.containers[{i}].resources.{part}")
 
 
-def _mig_requests(pod: dict) -> dict[str, int]:
-    """MIG instances a pod asks for: ``nvidia.com/mig-<profile>`` requests (or limits)."""
-    out: dict[str, int] = {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        for key, value in asked.items():
-            if key.startswith("nvidia.com/mig-"):
-                try:
-                    out[key.removeprefix("nvidia.com/mig-")] = out.get(key.removeprefix("nvidia.com/mig-"), 0) + int(value)
-                except (TypeError, ValueError):
-                    continue
-    return out
-
-
-def _whole_gpus(pod: dict) -> int:
-    """Whole GPUs a pod asks for: ``nvidia.com/gpu`` requests (or limits)."""
-    n = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        try:
-            n += int({**(res.get("limits") or {}), **(res.get("requests") or {})}.get("nvidia.com/gpu", 0))
-        except (TypeError, ValueError):
-            continue
-    return n
-
-
-# Why the cluster ended a pod, as the API says it: the DisruptionTarget condition's reason
-# (Kubernetes 1.26+; PreemptionByKubeScheduler before 1.27), or the kubelet's status.reason.
-_DISRUPTION_REASONS = {"PreemptionByScheduler": "preempted", "PreemptionByKubeScheduler": "preempted",
-                       "EvictionByEvictionAPI": "evicted", "DeletionByTaintManager": "evicted",
-                       "DeletionByPodGC": "evicted", "TerminationByKubelet": "evicted"}
-_STATUS_REASONS = {"Evicted": "evicted", "Preempting": "preempted"}
-
-
-def _disruption(pod: dict) -> str:
-    """"preempted", "evicted" or "" from a pod object's status."""
-    status = pod.get("status") or {}
-    conditions = status.get("conditions")
-    for cond in conditions if isinstance(conditions, list) else ():
-        if (isinstance(cond, dict) and cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
-                and cond.get("reason") in _DISRUPTION_REASONS):
-            return _DISRUPTION_REASONS[cond["reason"]]
-    reason = status.get("reason")
-    return _STATUS_REASONS.get(reason, "") if isinstance(reason, str) else ""
+def _note_progress(life: PodLife, obj: dict, phase, t_ms: int) -> None:
+    """When the pod was bound and started running, the earliest any event says. The API's own
+    times (PodScheduled, containers' startedAt) are taken when present, never before the pod's
+    creation nor after the event that shows them; else the event's time. Priority is set at
+    creation and never changes: the first event that says it counts."""
+    said = pod_spec.scheduled_at_ms(obj)
+    if said is not None or (obj.get("spec") or {}).get("nodeName") or phase == "Running":
+        bound = t_ms if said is None else max(life.start_ms, min(said, t_ms))
+        if life.scheduled_ms is None or bound < life.scheduled_ms:
+            life.scheduled_ms = bound
+    said = pod_spec.started_at_ms(obj)
+    if phase == "Running" or (said is not None and phase in _TERMINAL_PHASES):  # a short job seen only at its end ran too
+        running = t_ms if said is None else max(life.start_ms, min(said, t_ms))
+        if life.running_ms is None or running < life.running_ms:
+            life.running_ms = running
+    if life.priority is None:
+        life.priority = pod_spec.priority(obj)
+    if not life.priority_class:
+        life.priority_class = pod_spec.priority_class(obj)
 
 
 def _created_ms(meta: dict, observed_at_ms: int) -> int:

@@ -32,7 +32,7 @@ REQUEST_COLUMNS = [
 
 DEMAND_COLUMNS = [
     "fact_id", "cluster_id", "tenant_id", "namespace", "pod_name", "pod_uid", "profile", "instances",
-    "waited_from_ms", "waited_to_ms", "outcome",
+    "waited_from_ms", "waited_to_ms", "outcome", "node", "scheduled_ms", "running_ms", "priority_class", "priority",
 ]
 
 
@@ -73,11 +73,14 @@ def ddl_statements(db: str) -> list[str]:
             e2e_s Nullable(Float64), src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
             observed_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(observed_at_ms, 'UTC')
         ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(observed_at) ORDER BY (cluster_id, fact_id)""",
-        # Pods that waited for a MIG profile: set against free MIG capacity (fragmentation).
+        # GPU pods' waits (whole GPUs and MIG profiles: scheduling and startup delays; MIG waits
+        # against free MIG capacity show fragmentation) and how their lives ended.
         f"""CREATE TABLE IF NOT EXISTS {db}.demand_facts (
             fact_id String, cluster_id LowCardinality(String), tenant_id LowCardinality(String), namespace String,
             pod_name String, pod_uid String, profile LowCardinality(String), instances UInt32,
             waited_from_ms Int64, waited_to_ms Int64, outcome LowCardinality(String),
+            node LowCardinality(String), scheduled_ms Nullable(Int64), running_ms Nullable(Int64),
+            priority_class LowCardinality(String), priority Nullable(Int32),
             waited_from DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(waited_from_ms, 'UTC')
         ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(waited_from) ORDER BY (cluster_id, fact_id)""",
         # Reference documents (rate cards, quotas) as published, latest per kind wins.
@@ -99,6 +102,13 @@ def ddl_statements(db: str) -> list[str]:
         f"ALTER TABLE {db}.capacity_facts ADD COLUMN IF NOT EXISTS workload_kind LowCardinality(String) "
         "DEFAULT 'pod' AFTER endpoint_id",
         f"ALTER TABLE {db}.utilization_facts ADD COLUMN IF NOT EXISTS device_id String AFTER gpu_uuid",
+        # demand_fact v3 (scheduler delays): tables created before it gain the bind, start and priority.
+        f"ALTER TABLE {db}.demand_facts ADD COLUMN IF NOT EXISTS node LowCardinality(String) AFTER outcome",
+        f"ALTER TABLE {db}.demand_facts ADD COLUMN IF NOT EXISTS scheduled_ms Nullable(Int64) AFTER node",
+        f"ALTER TABLE {db}.demand_facts ADD COLUMN IF NOT EXISTS running_ms Nullable(Int64) AFTER scheduled_ms",
+        f"ALTER TABLE {db}.demand_facts ADD COLUMN IF NOT EXISTS priority_class LowCardinality(String) "
+        "AFTER running_ms",
+        f"ALTER TABLE {db}.demand_facts ADD COLUMN IF NOT EXISTS priority Nullable(Int32) AFTER priority_class",
         # Processor checkpoints: state + the offsets it reflects, written after the facts.
         f"""CREATE TABLE IF NOT EXISTS {db}.processor_checkpoints (
             processor String, seq UInt64, offsets String, state String

@@ -75,6 +75,38 @@ def preemption_plan() -> ClusterPlan:
 PREEMPTION_TRUTH = {"alpha": ("preempted", 2.0, 0.5 + 2 / 3), "beta": ("evicted", 50 / 60, 50 / 60)}
 
 
+def scheduler_plan() -> ClusterPlan:
+    """``truth_plan`` where GPU pods wait for the scheduler (created, bound, running at the
+    instants below, as the API server writes them: PodScheduled, the container's startedAt),
+    with priority classes; alpha's 8-GPU job is never bound and gamma's ``stuck-0`` is bound but
+    never starts. What each pod held is unchanged."""
+    plan = truth_plan()
+    timing = {  # (namespace, name, start): (created, bound, priority class, priority)
+        ("alpha-ns", "eval-0", T0 + 30 * M): (T0 + 12 * M, T0 + 28 * M, "batch-low", 100),
+        ("shared", "notebook-0", T0 + 30 * M): (T0 + 25 * M, T0 + 29 * M + 30_000, "interactive", 1000),
+        ("scratch", "trainer-0", T0 + 10 * M): (T0 + 2 * M, T0 + 9 * M, "", 0),
+        ("scratch", "trainer-0", T0 + 80 * M): (T0 + 76 * M, T0 + 79 * M, "", 0),
+    }
+    pods = []
+    for p in plan.pods:
+        created, bound, pclass, prio = timing.get((p.namespace, p.name, p.start_ms), (None, None, "", 0))
+        pods.append(replace(p, created_ms=created, bound_ms=bound, priority_class=pclass, priority=prio))
+    pods += [replace(pod("alpha-ns", "big-8", "", tuple(range(8)), 100, 100, 0.0), created_ms=T0 + 40 * M,
+                     priority_class="batch-low", priority=100, never_runs=True),
+             replace(pod("scratch", "stuck-0", "node-b", (3,), 110, 110, 0.0, gen=3), created_ms=T0 + 90 * M,
+                     bound_ms=T0 + 95 * M, never_runs=True)]
+    return replace(plan, pods=pods)
+
+
+# Per tenant, each wait: (pod, outcome, scheduling delay s, startup delay s, pending s); None: it did not happen.
+SCHEDULER_TRUTH = {
+    "alpha": [("train-0", "scheduled", 0, 5, 5), ("eval-0", "scheduled", 16 * 60, 120, 18 * 60),
+              ("big-8", "ended without running", None, None, 60 * 60)],
+    "beta": [("notebook-0", "scheduled", 270, 30, 300), ("trainer-0", "scheduled", 7 * 60, 60, 8 * 60)],
+    "gamma": [("trainer-0", "scheduled", 3 * 60, 60, 4 * 60), ("stuck-0", "ended without running", 5 * 60, None, 20 * 60)],
+}
+
+
 def expected_allocated_hours(plan: ClusterPlan) -> dict[str, float]:
     """Per tenant, from the plan alone: pod duration x GPUs, split where the owner changes."""
     out: dict[str, float] = {}

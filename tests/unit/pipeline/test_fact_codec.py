@@ -72,6 +72,7 @@ def demand(**kw) -> DemandFact:
                T + 300_000)
     (fact,) = closed_demand(book, "prod-ai-1", T + 600_000, set())
     assert (fact.tenant_id, fact.instances, fact.waited_to_ms - fact.waited_from_ms) == ("gamma", 2, 300_000)
+    assert (fact.node, fact.scheduled_ms, fact.running_ms, fact.priority) == ("node-b", T + 300_000, T + 300_000, None)
     return dataclasses.replace(fact, **kw)
 
 
@@ -122,7 +123,7 @@ def test_a_batch_is_keyed_by_fact_id_and_decodes_per_kind():
 def test_none_in_every_nullable_field(kind):
     fact = MAKE[kind]()
     nulls = nullable_fields(type(fact))
-    assert (kind in ("utilization", "requests")) == bool(nulls)
+    assert (kind in ("utilization", "requests", "demand")) == bool(nulls)
     back = round_trip(kind, dataclasses.replace(fact, **{n: None for n in nulls}))
     assert all(getattr(back, n) is None for n in nulls)
     for n in nulls:  # and each alone

@@ -1,0 +1,124 @@
+"""Scheduler pressure, SQL as tested values: GPU pods' waits (demand facts, domain/demand.py).
+
+A wait is ``[created, running)`` (outcome ``scheduled``) or ``[created, ended)`` (``ended
+without running``); ``scheduled_ms`` splits it into the scheduling delay (created -> bound to
+a node) and the startup delay (bound -> running: image pull, init containers, container
+start). A pod's GPU class is its node's in the inventory (empty while it was never bound); a
+MIG pod also names its profile. Windows are half-open ``[%(f)s, %(t)s)`` in ms; a wait
+belongs to the window its end falls in. Percentiles are exact, interpolated between the two
+nearest waits (``quantilesExactInclusive``: R's type 7, numpy's default, Python's
+``statistics.quantiles(method="inclusive")``). Grafana panels on the scheduler dashboard run
+the same SQL over its time range (deploy/grafana/dashboards/scheduler-capacity.json).
+"""
+
+from __future__ import annotations
+
+from gpuledger.sinks.showback_sql import WAIT_OUTCOMES
+
+__all__ = ["QUANTILES", "delay_percentiles_sql", "idle_workloads_sql", "node_class_sql", "node_pressure_sql",
+           "waits_sql"]
+
+QUANTILES = (0.5, 0.9, 0.99)
+_Q = ", ".join(map(str, QUANTILES))
+
+
+def node_class_sql(db: str) -> str:
+    """Each node's GPU class in the inventory (its first, should one node hold two)."""
+    return f"""SELECT cluster_id, node, min(gpu_class) AS gpu_class FROM {db}.inventory_gpus FINAL
+        GROUP BY cluster_id, node"""
+
+
+def waits_sql(db: str) -> str:
+    """Every wait that ended in the window, one row per pod and profile: who, where, the asked
+    capacity, and its three instants (bound and running NULL when they did not happen)."""
+    return f"""SELECT d.tenant_id AS tenant_id, d.namespace AS namespace, d.pod_name AS pod_name, d.pod_uid AS pod_uid,
+            d.node AS node, n.gpu_class AS gpu_class, d.profile AS profile, d.instances AS instances,
+            d.priority_class AS priority_class, d.priority AS priority, d.outcome AS outcome,
+            d.waited_from_ms AS created_ms, d.scheduled_ms AS scheduled_ms, d.running_ms AS running_ms,
+            d.waited_to_ms AS waited_to_ms
+        FROM {db}.demand_facts AS d FINAL
+        LEFT JOIN ({node_class_sql(db)}) AS n ON n.cluster_id = d.cluster_id AND n.node = d.node
+        WHERE d.outcome IN ({WAIT_OUTCOMES}) AND d.waited_to_ms >= %(f)s AND d.waited_to_ms < %(t)s
+        ORDER BY tenant_id, created_ms, pod_uid, profile"""
+
+
+def delay_percentiles_sql(db: str) -> str:
+    """Per tenant, GPU class, profile and priority class: waits, those never bound, and the
+    percentiles (``QUANTILES``) of scheduling delay, startup delay and whole pending time in
+    seconds (a delay that did not happen is left out of its percentiles)."""
+    return f"""SELECT tenant_id, gpu_class, profile, priority_class, count() AS waits,
+            countIf(scheduled_ms IS NULL) AS never_bound,
+            quantilesExactInclusive({_Q})((scheduled_ms - created_ms) / 1000) AS scheduling_delay_s,
+            quantilesExactInclusive({_Q})((running_ms - scheduled_ms) / 1000) AS startup_delay_s,
+            quantilesExactInclusive({_Q})((waited_to_ms - created_ms) / 1000) AS pending_s
+        FROM ({waits_sql(db)})
+        GROUP BY tenant_id, gpu_class, profile, priority_class
+        ORDER BY tenant_id, gpu_class, profile, priority_class"""
+
+
+def node_pressure_sql(db: str) -> str:
+    """Nodes ranked by fragmentation and queue pressure over the window: GPU-hours free on the
+    node, the part of them free while some GPU pod of the cluster waited to be bound (free
+    capacity the waiting pods could not use: fragmentation, or constraints that kept them off;
+    sampled every ``%(step)s`` ms), and the pods bound to it: their count, pending pod-hours in
+    the window and 90th percentile startup delay."""
+    return f"""SELECT f.node AS node, f.gpu_class AS gpu_class, round(f.free_gpu_h, 3) AS free_gpu_hours,
+            round(f.stranded_gpu_h, 3) AS free_while_pods_waited_gpu_hours,
+            q.pods_bound AS pods_bound, round(q.pending_pod_h, 3) AS pending_pod_hours,
+            q.p90_startup_s AS p90_startup_delay_s
+        FROM (SELECT cluster_id, node, any(gpu_class) AS gpu_class,
+                     sum(capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))) / 3600000
+                       AS free_gpu_h,
+                     sum(capacity_fraction * %(step)s * length(arrayFilter(x -> has(w.instants, x),
+                         range(intDiv(greatest(valid_from_ms, %(f)s) + %(step)s - 1, %(step)s) * %(step)s,
+                               least(valid_to_ms, %(t)s), %(step)s)))) / 3600000 AS stranded_gpu_h
+              FROM {db}.capacity_facts AS c FINAL
+              LEFT JOIN (SELECT cluster_id, groupUniqArrayArray(range(
+                             intDiv(greatest(waited_from_ms, %(f)s) + %(step)s - 1, %(step)s) * %(step)s,
+                             least(coalesce(scheduled_ms, waited_to_ms), %(t)s), %(step)s)) AS instants
+                         FROM {db}.demand_facts FINAL
+                         WHERE outcome IN ({WAIT_OUTCOMES}) AND waited_from_ms < %(t)s
+                           AND coalesce(scheduled_ms, waited_to_ms) > %(f)s
+                         GROUP BY cluster_id) AS w ON w.cluster_id = c.cluster_id
+              WHERE c.kind = 'unallocated' AND c.node != '' AND c.valid_to_ms > %(f)s AND c.valid_from_ms < %(t)s
+              GROUP BY cluster_id, node) AS f
+        LEFT JOIN (SELECT cluster_id, node, uniqExact(pod_uid) AS pods_bound,
+                          sum(least(waited_to_ms, %(t)s) - greatest(waited_from_ms, %(f)s)) / 3600000 AS pending_pod_h,
+                          quantileExactInclusive(0.9)((running_ms - scheduled_ms) / 1000) AS p90_startup_s
+                   FROM {db}.demand_facts FINAL
+                   WHERE outcome IN ({WAIT_OUTCOMES}) AND node != '' AND waited_to_ms > %(f)s AND waited_from_ms < %(t)s
+                   GROUP BY cluster_id, node) AS q ON q.cluster_id = f.cluster_id AND q.node = f.node
+        ORDER BY free_while_pods_waited_gpu_hours DESC, pending_pod_hours DESC, node LIMIT 10"""
+
+
+def idle_workloads_sql(db: str) -> str:
+    """Workloads (pods, VMs) ranked by idle GPU-hours in the window: GPU-hours held whose DCGM
+    samples showed no SM activity (covered time x (1 - SM-active); a telemetry gap is neither
+    idle nor active), with the owner (tenant, project, cost center), node and age (from its
+    creation, the first of its waits; else its first held instant, to the window's end or its
+    last held instant)."""
+    return f"""SELECT tenant_id, project_id, cost_center, namespace, workload, kind, node, age_hours,
+            allocated_gpu_hours, mean_sm_active, idle_gpu_hours FROM (
+        SELECT c.tenant_id AS tenant_id, any(c.project_id) AS project_id, any(c.cost_center) AS cost_center,
+            c.namespace AS namespace, c.pod_name AS workload, any(c.workload_kind) AS kind, any(c.node) AS node,
+            round((least(max(c.valid_to_ms), %(t)s) - if(min(d.created_ms) > 0, min(d.created_ms),
+                   min(c.valid_from_ms))) / 3600000, 2) AS age_hours,
+            round(sum(c.gpu_ms) / 3600000, 3) AS allocated_gpu_hours,
+            sum(c.fr * least(u.span, c.b - c.a)) AS covered_ms,
+            sum(c.fr * u.act * if(u.span > 0, least(1, (c.b - c.a) / u.span), 0)) AS active_ms,
+            round(active_ms / nullIf(covered_ms, 0), 3) AS mean_sm_active,
+            round((covered_ms - active_ms) / 3600000, 3) AS idle_gpu_hours
+        FROM (SELECT fact_id, tenant_id, project_id, cost_center, namespace, pod_name, pod_uid, workload_kind, node,
+                     valid_from_ms, valid_to_ms, capacity_fraction AS fr, greatest(valid_from_ms, %(f)s) AS a,
+                     least(valid_to_ms, %(t)s) AS b, fr * (b - a) AS gpu_ms
+              FROM {db}.capacity_facts FINAL
+              WHERE kind = 'allocated' AND tenant_id != '' AND valid_to_ms > %(f)s AND valid_from_ms < %(t)s) AS c
+        LEFT JOIN (SELECT capacity_fact_id, sum(span_ms) AS span, sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
+                   FROM {db}.utilization_facts FINAL
+                   WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
+                   GROUP BY capacity_fact_id) AS u ON u.capacity_fact_id = c.fact_id
+        LEFT JOIN (SELECT pod_uid, min(waited_from_ms) AS created_ms FROM {db}.demand_facts FINAL
+                   WHERE pod_uid != '' GROUP BY pod_uid) AS d ON d.pod_uid = c.pod_uid
+        GROUP BY c.tenant_id, c.namespace, c.pod_name, c.pod_uid
+        HAVING idle_gpu_hours > 0)
+        ORDER BY idle_gpu_hours DESC, tenant_id, workload LIMIT 10"""
