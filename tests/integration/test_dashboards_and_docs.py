@@ -400,3 +400,33 @@ def test_dashboard_numbers_agree_with_the_showback(demo):
     assert sum(r[3] for r in rows) == pytest.approx(unknown, abs=5e-3)
     assert max(rows, key=lambda r: r[3])[0] == "gpu-node-2"
 
+
+def test_cost_panels_agree_with_the_showback(demo):
+    """The cost panels price the facts with the rate card in force as domain/pricing.py does; the
+    showback rounds each line to cents, the panels each sum, so they agree to a few cents."""
+    tenants = {t["tenant_id"]: t for t in demo.showback["tenants"] if t["cost"]}
+    rows = panel_rows(demo, "tenant-showback", "Cost by tenant and component")
+    got = {(r[0], r[1]): r[5] for r in rows}
+    sign = {"credits": -1, "endpoint_recovered": -1}
+    expected = {(t, part): sign.get(part, 1) * amount for t, e in tenants.items() for part, amount in e["cost"].items()
+                if amount}
+    assert {k for k, v in got.items() if v and k[1] != "subsidy"} == set(expected)
+    assert {k: got[k] for k in expected} == pytest.approx(expected, abs=0.03)
+    outcome = {t["tenant_id"]: t for t in demo.showback["cost_per_outcome"]["tenants"] if t["tenant_id"]}
+    rows = panel_rows(demo, "tenant-showback", "Cost per outcome by tenant")
+    assert {r[0] for r in rows} == set(outcome)
+    for tenant, cost, ok, tokens, jobs, per_request, per_million, per_job in rows:
+        want = outcome[tenant]
+        assert (ok, tokens, jobs) == (want["successful_requests"], want["output_tokens"], want["completed_jobs"])
+        assert cost == pytest.approx(want["cost"], abs=0.03)
+        for value, key in ((per_request, "per_successful_request"), (per_million, "per_million_output_tokens"),
+                           (per_job, "per_completed_job")):
+            assert (value is None) == (want[key] is None), (tenant, key)
+            assert value is None or value == pytest.approx(want[key], rel=1e-3), (tenant, key)
+    (endpoint,) = demo.showback["cost_per_outcome"]["endpoints"]
+    (model,) = demo.showback["cost_per_outcome"]["models"]
+    rows = panel_rows(demo, "model-efficiency-slo", "Cost per outcome by endpoint and model")
+    assert [r[:2] for r in rows] == [(endpoint["endpoint_id"], model["model"])]
+    _, _, _, cost, ok, tokens, per_request, per_million = rows[0]
+    assert (cost, ok, tokens) == (endpoint["cost"], endpoint["successful_requests"], endpoint["output_tokens"])
+    assert (per_request, per_million) == (endpoint["per_successful_request"], endpoint["per_million_output_tokens"])
