@@ -72,8 +72,13 @@ def cmd_close(s: Settings, args) -> int:
                              s.close_max_unpriced_gpu_hours, s.close_max_outside_inventory_gpu_hours,
                              billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown))
         try:
+            from gpuledger.bus.security import client_config
+            from gpuledger.bus.topics import topics_for
+            from gpuledger.ledger.source_versions import kafka_edges
+
+            edges = kafka_edges({"bootstrap.servers": s.kafka_bootstrap, **client_config(s)})
             result = prepare_period(store, ClickHouseLedger(store), job_checkpoint(store), period, policy,
-                                    args.by or _login_name(), _wall_ms(), progress)
+                                    args.by or _login_name(), _wall_ms(), progress, edges, topics_for(s).dcgm.name)
         except ApprovalError as exc:
             raise UsageError(f"--by: {exc}") from exc
     if result.already_closed:

@@ -27,7 +27,9 @@ __all__ = ["ClosePolicy", "LEDGER_FORMAT", "NORMALIZATION_VERSION", "build_ledge
 
 LEDGER_FORMAT = "gpuledger-ledger/1"
 FACT_SCHEMAS = "capacity_fact/2 utilization_fact/2 request_fact/1 demand_fact/2"
-UNHASHED = ("hash", "status", "closed_at", "prepared", "approval", "seal")  # not evidence (domain/approval.py)
+# Not evidence (domain/approval.py); the source systems' versions describe the evidence, read
+# from the source topics at close (sealed with the approval, not reproduced by a replay).
+UNHASHED = ("hash", "status", "closed_at", "prepared", "approval", "seal", "source_versions")
 MICRO = Decimal(1_000_000)
 # The rules that turn source records into facts (units, field spellings, cadence, ownership):
 # raised whenever a change to them can change a fact, so a document shows which rules made it.

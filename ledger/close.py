@@ -8,6 +8,7 @@ it to the ledger. Both return a closed period's stored document untouched.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuledger.domain.approval import ApprovalError, approve, prepare, stale_against
@@ -17,6 +18,7 @@ from gpuledger.domain.pricing import Line, Priced, rounded
 from gpuledger.domain.rows import canonical_sha256, documents_in_force, price_rows
 from gpuledger.domain.showback import build_showback
 from gpuledger.domain.timeutil import month_bounds_ms, parse_rfc3339_ms
+from gpuledger.ledger.source_versions import source_versions
 from gpuledger.sinks.base import Checkpoint
 from gpuledger.sinks.ledger_store import LedgerPort, LedgerWriteRefused
 from gpuledger.sinks.query import QueryPort
@@ -115,13 +117,17 @@ def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint
 
 
 def prepare_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint | None, period: str,
-                   policy: ClosePolicy, by: str, at_ms: int, progress=lambda _: None) -> CloseResult:
-    """Step 1: the period's document, prepared by ``by`` (or the reasons it may not close)."""
+                   policy: ClosePolicy, by: str, at_ms: int, progress=lambda _: None,
+                   edges: Callable[[str, int, int], list[bytes]] | None = None, dcgm_topic: str = "") -> CloseResult:
+    """Step 1: the period's document, prepared by ``by`` (or the reasons it may not close);
+    ``edges`` reads the source topics' records at the period's edges for the source systems'
+    versions (ledger/source_versions.py; None: not read, and the document says so)."""
     existing = ledger.get(period)
     if existing is not None:
         return CloseResult(existing, True, [])
     closed = ledger.closed()
     doc, priced = build_document(reader, closed, checkpoint, period, progress, policy.bill_confidence)
+    doc["source_versions"] = source_versions(reader, edges, dcgm_topic, *period_window(period))
     reasons = refusals(doc, priced, policy, period_window(period)[1])
     if reasons:
         return CloseResult(doc, False, reasons)

@@ -81,6 +81,10 @@ def test_october_closes_to_the_cent(month):
     _, _, doc, _ = month
     assert doc["format"] == "gpuledger-ledger/1" and doc["status"] == "closed" and doc["hash"].startswith("sha256:")
     assert doc["ratecard_version"] == "2026-10-v1" and doc["currency"] == "USD"
+    # the source systems' versions, from the DCGM topic at the month's edges and the request facts
+    versions = doc["source_versions"]
+    assert versions["nvidia_driver"] == ["580.105.08"] and "scrapes" in versions["read"], versions
+    assert versions["gpu_model"] and versions["model_revisions"], versions
     assert {t["tenant_id"]: t["total"] for t in doc["tenants"]} == OCTOBER_TOTALS
     r = doc["reconciliation"]
     assert {k: r[k] for k in OCTOBER_RECONCILIATION} == OCTOBER_RECONCILIATION
