@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuledger.demo.builder import CaptureWriter, GpuSpec, namespace_object, pod_object
+from gpuledger.demo.model_metrics import model_scrape_lines
 from gpuledger.domain.timeutil import format_rfc3339
 
 __all__ = ["ClusterPlan", "MigLayout", "NamespacePlan", "PodPlan", "SharedGpu", "VmPlan", "write_capture"]
@@ -289,6 +290,8 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
                 for vm in plan.vms if vm.host == host and vm.start_ms <= t < vm.end_ms])
     for line in sorted(plan.requests, key=lambda r: r["observed_at"]):
         w.request(line)
+    for line in model_scrape_lines(plan.pods, plan.requests, plan.start_ms, plan.end_ms):  # the serving pods' vLLM
+        w.line("model-metrics.jsonl", line)
     w.close()
     progress(f"generate: capture written to {root}")
     return root

@@ -28,6 +28,7 @@ from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
+from gpuledger.domain.model_metrics import model_facts
 from gpuledger.domain.podresources import device_holders
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.domain.samples import SampleAttribution
@@ -84,6 +85,8 @@ class Attributor(SampleAttribution):
         self._util_out: list[UtilizationFact] = []
         self._request_out: list[RequestFact] = []
         self._demand_out: list = []
+        self._model_out: list = []
+        self.model_series: dict[str, list] = {}  # model server series -> [last scrape ms, its counters]
         self.demand_done: set[str] = set()  # pods whose MIG wait is already a fact
 
     @property
@@ -220,9 +223,17 @@ class Attributor(SampleAttribution):
         """A finished request is a fact at once: it names its tenant itself."""
         self._request_out.append(request_fact(record, pos))
 
+    def apply_model_scrape(self, record: dict, pos: SourcePos) -> dict[str, int]:
+        """A model server's scrape is a fact at once per model and revision (its counters'
+        increases since the series' previous scrape); returns the series skipped, by reason."""
+        facts, skipped = model_facts(self.model_series, record, pos, self.stale_ceiling_ms)
+        self._model_out += facts
+        return skipped
+
     def drain(self) -> FactBatch:
-        out = FactBatch(self._capacity_out, self._util_out, self._request_out, self._demand_out)
+        out = FactBatch(self._capacity_out, self._util_out, self._request_out, self._demand_out, self._model_out)
         self._capacity_out, self._util_out, self._request_out, self._demand_out = [], [], [], []
+        self._model_out = []
         return out
 
     def pending_samples(self) -> int:
@@ -294,7 +305,7 @@ class Attributor(SampleAttribution):
             "k8s_wm": self.k8s_watermark_ms, "pr_wm": self.pr_watermark_ms, "vgpu_wm": self.vgpu_watermark_ms,
             "dcgm_wm": self.dcgm_watermark_ms, "counters": vars(self.counters),
             "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
-            "demand_done": sorted(self.demand_done),
+            "demand_done": sorted(self.demand_done), "model_series": self.model_series,
             "nodes": {n: node_state(s) for n, s in self.nodes.items()},
             "vgpu_hosts": {h: node_state(s) for h, s in self.vgpu_hosts.items()},
         }
@@ -318,6 +329,7 @@ class Attributor(SampleAttribution):
                 att.guest_open.setdefault(g[3], []).append(g)
         att.guest_wm = dict(state.get("guest_wm", {}))
         att.demand_done = set(state.get("demand_done", []))
+        att.model_series = {k: [t, dict(c)] for k, (t, c) in state.get("model_series", {}).items()}
         att.nodes = {n: node_from(s) for n, s in state["nodes"].items()}
         att.vgpu_hosts = {h: node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att

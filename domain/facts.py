@@ -122,9 +122,11 @@ class FactBatch:
     utilization: list = field(default_factory=list)
     requests: list = field(default_factory=list)
     demand: list = field(default_factory=list)
+    models: list = field(default_factory=list)  # ModelFact (domain/model_metrics.py)
 
     def extend(self, other: FactBatch) -> None:
         self.capacity += other.capacity
         self.utilization += other.utilization
         self.requests += other.requests
         self.demand += other.demand
+        self.models += other.models

@@ -34,7 +34,8 @@ from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.suspense import parse_assignments
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.producers.base import Publisher
-from gpuledger.producers.capture_lines import DcgmLine, Line, PodResourcesLine, RequestLine, VgpuLine, WatchLine
+from gpuledger.producers.capture_lines import (DcgmLine, Line, ModelScrapeLine, PodResourcesLine, RequestLine, VgpuLine,
+                                               WatchLine)
 from gpuledger.schemas import Codec, CodecError
 from gpuledger.bus.topics import Topics
 
@@ -93,7 +94,8 @@ class IngestSummary:
         return "\n".join(lines)
 
 
-LINE_FILES = ("k8s-watch.jsonl", "podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl")
+LINE_FILES = ("k8s-watch.jsonl", "podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl",
+              "model-metrics.jsonl")
 
 
 DEFAULT_MAX_FUTURE_MS = 86_400_000  # Settings.max_future_skew_s
@@ -219,7 +221,8 @@ class _Ingest:
     def handlers(self) -> dict[str, tuple[type[Line], Callable[[Line], list[tuple]]]]:
         return {"k8s-watch.jsonl": (WatchLine, self.on_watch), "podresources.jsonl": (PodResourcesLine, self.on_podresources),
                 "dcgm.jsonl": (DcgmLine, self.on_dcgm), "vgpu.jsonl": (VgpuLine, self.on_vgpu),
-                "requests.jsonl": (RequestLine, self.on_request)}
+                "requests.jsonl": (RequestLine, self.on_request),
+                "model-metrics.jsonl": (ModelScrapeLine, self.on_model_scrape)}
 
     def file(self, name: str) -> None:
         for where, obj, raw in self.lines(name):
@@ -271,6 +274,11 @@ class _Ingest:
         return [(self.topics.requests, line.endpoint_id,
                  {"observed_at_ms": ts, "arrived_at_ms": line.arrived_at_ms(), **record}, ts, None)]
 
+    def on_model_scrape(self, line: ModelScrapeLine) -> list[tuple]:
+        ts = line.observed_at_ms
+        record = line.model_dump(include={"endpoint_id", "runtime", "pod", "revision", "exposition"})
+        return [(self.topics.model_metrics, line.endpoint_id, {"observed_at_ms": ts, **record}, ts, None)]
+
 
 class LinePublisher(_Ingest):
     """Publishes single capture-format lines, as ingest does (for live producers)."""
@@ -310,7 +318,7 @@ def ingest_capture(capture: Path, publisher: Publisher, topics: Topics, wall_ms:
     job = _Ingest(capture, publisher, topics, str(manifest["cluster_id"]), wall_ms, progress, max_future_ms)
     job.documents()
     job.watch()
-    for name in ("podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl"):
+    for name in ("podresources.jsonl", "dcgm.jsonl", "vgpu.jsonl", "requests.jsonl", "model-metrics.jsonl"):
         job.file(name)
     publisher.flush()
     return job.summary

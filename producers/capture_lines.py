@@ -18,7 +18,7 @@ from gpuledger.domain.bounds import check_latency_s, check_token_count
 from gpuledger.domain.podresources import PodResourcesError, device_holders
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["DcgmLine", "Line", "PodResourcesLine", "RequestLine", "VgpuLine", "WatchLine"]
+__all__ = ["DcgmLine", "Line", "ModelScrapeLine", "PodResourcesLine", "RequestLine", "VgpuLine", "WatchLine"]
 
 WATCH_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
 
@@ -94,6 +94,24 @@ class PodResourcesLine(Line):
 class DcgmLine(Line):
     node: str
     exposition: str
+
+
+class ModelScrapeLine(Line):
+    """One model server's ``/metrics`` (vLLM, Triton, NIM), verbatim, with the endpoint it serves;
+    the pod scraped and the revision it serves are optional (the revision may come from labels)."""
+
+    endpoint_id: str
+    runtime: OptionalText = ""
+    pod: OptionalText = ""
+    revision: OptionalText = ""
+    exposition: str
+
+    @field_validator("runtime")
+    @classmethod
+    def _runtime(cls, v: str) -> str:
+        if v not in ("", "vllm", "triton", "nim"):
+            raise ValueError(f"runtime must be vllm, triton or nim, got {v!r}")
+        return v
 
 
 class VgpuOwner(BaseModel):

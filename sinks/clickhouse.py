@@ -24,8 +24,8 @@ from gpuledger.domain.facts import FactBatch
 from gpuledger.domain.inventory import Inventory
 from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, PermanentStoreError, StoreError, TransientStoreError
-from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS,
-                                       ddl_statements)
+from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, MODEL_COLUMNS, REQUEST_COLUMNS,
+                                       UTILIZATION_COLUMNS, ddl_statements)
 
 __all__ = ["ClickHouseStore", "EngineLockedError", "PERMANENT_CODES", "TRANSIENT_CODES", "store_error"]
 
@@ -157,7 +157,8 @@ class ClickHouseStore:
         for table, columns, facts in (("capacity_facts", CAPACITY_COLUMNS, batch.capacity),
                                       ("utilization_facts", UTILIZATION_COLUMNS, batch.utilization),
                                       ("request_facts", REQUEST_COLUMNS, batch.requests),
-                                      ("demand_facts", DEMAND_COLUMNS, batch.demand)):
+                                      ("demand_facts", DEMAND_COLUMNS, batch.demand),
+                                      ("model_facts", MODEL_COLUMNS, batch.models)):
             self.insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
 
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:

@@ -66,7 +66,7 @@ class SinkLoop:
                                   "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
                                   "max.poll.interval.ms": 900_000})
         self.consumer.subscribe(self.names)
-        self.written = {"capacity": 0, "utilization": 0, "requests": 0, "demand": 0}
+        self.written = {"capacity": 0, "utilization": 0, "requests": 0, "demand": 0, "models": 0}
         self.positions: dict[str, int] = {}
         self.freshness_ms: list[int] = []  # observed_at -> written, of utilization facts (live freshness)
         self.wall_ms = lambda: int(time.time() * 1000)

@@ -8,7 +8,8 @@ rebuilt month can replace its partition whole.
 
 from __future__ import annotations
 
-__all__ = ["CAPACITY_COLUMNS", "DEMAND_COLUMNS", "REQUEST_COLUMNS", "UTILIZATION_COLUMNS", "ddl_statements"]
+__all__ = ["CAPACITY_COLUMNS", "DEMAND_COLUMNS", "MODEL_COLUMNS", "REQUEST_COLUMNS", "UTILIZATION_COLUMNS",
+           "ddl_statements"]
 
 CAPACITY_COLUMNS = [
     "fact_id", "cluster_id", "kind", "gpu_uuid", "device_id", "node", "gpu_class", "mode", "profile", "capacity_fraction",
@@ -27,6 +28,14 @@ REQUEST_COLUMNS = [
     "fact_id", "cluster_id", "endpoint_id", "model", "revision", "request_id", "tenant_id", "project_id",
     "observed_at_ms", "arrived_at_ms", "outcome", "input_tokens", "output_tokens", "queue_s", "ttft_s", "e2e_s",
     "src_topic", "src_partition", "src_offset",
+]
+
+
+MODEL_COLUMNS = [
+    "fact_id", "cluster_id", "endpoint_id", "runtime", "model", "revision", "pod_name", "observed_at_ms", "span_ms",
+    "requests_running", "requests_waiting", "kv_cache_usage_ratio", "prompt_tokens", "generation_tokens",
+    "generation_tokens_per_s", "requests_finished", "inter_token_latency_s", "inter_token_count", "batch_size_mean",
+    "batch_tokens_mean", "src_topic", "src_partition", "src_offset",
 ]
 
 
@@ -83,6 +92,22 @@ def ddl_statements(db: str) -> list[str]:
             priority_class LowCardinality(String), priority Nullable(Int32),
             waited_from DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(waited_from_ms, 'UTC')
         ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(waited_from) ORDER BY (cluster_id, fact_id)""",
+        # Model efficiency: one row per model server scrape, endpoint, model and revision (gauges
+        # as read, counters' increases over span_ms). ORDER BY (cluster, endpoint, time, fact_id):
+        # an endpoint's series over a time range, revisions side by side.
+        f"""CREATE TABLE IF NOT EXISTS {db}.model_facts (
+            fact_id String, cluster_id LowCardinality(String), endpoint_id LowCardinality(String),
+            runtime LowCardinality(String), model LowCardinality(String), revision LowCardinality(String),
+            pod_name String, observed_at_ms Int64, span_ms Int64,
+            requests_running Nullable(Float64), requests_waiting Nullable(Float64),
+            kv_cache_usage_ratio Nullable(Float64), prompt_tokens Nullable(Float64),
+            generation_tokens Nullable(Float64), generation_tokens_per_s Nullable(Float64),
+            requests_finished Nullable(Float64), inter_token_latency_s Nullable(Float64),
+            inter_token_count Nullable(Float64), batch_size_mean Nullable(Float64), batch_tokens_mean Nullable(Float64),
+            src_topic LowCardinality(String), src_partition UInt32, src_offset UInt64,
+            observed_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(observed_at_ms, 'UTC')
+        ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(observed_at)
+        ORDER BY (cluster_id, endpoint_id, observed_at, fact_id)""",
         # Reference documents (rate cards, quotas) as published, latest per kind wins.
         f"""CREATE TABLE IF NOT EXISTS {db}.reference_documents (
             cluster_id LowCardinality(String), kind LowCardinality(String), observed_at_ms Int64, document String

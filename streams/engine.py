@@ -105,7 +105,8 @@ class Engine:
         self.stale_ceiling_ms, self.node_grace_ms = stale_ceiling_ms, node_grace_ms
         self.max_future_skew_ms, self.lateness_ms = max_future_skew_ms, lateness_ms
         self.codecs = {t.name: Codec(t.schema) for t in topics.processed()}
-        self.unit_topics = (topics.podresources.name, topics.dcgm.name, topics.vgpu.name, topics.requests.name)
+        self.unit_topics = (topics.podresources.name, topics.dcgm.name, topics.vgpu.name, topics.requests.name,
+                            topics.model_metrics.name)
         self.broadcast_topics = (topics.k8s.name, topics.reference.name, topics.vgpu.name)
         self.units: dict[int, Unit] = {}
         self.bcast = Broadcast()
@@ -223,6 +224,10 @@ class Engine:
                 att.apply_vgpu(r["host"], r["vgpus"], ts, pos)
             elif topic == t.requests.name:
                 att.apply_request(r, pos)
+            elif topic == t.model_metrics.name:
+                for reason, n in att.apply_model_scrape(r, pos).items():
+                    if not reason.startswith(("not a model efficiency metric", "no model label")):
+                        self.series_skipped[reason] = self.series_skipped.get(reason, 0) + n
             if ts > unit.wm.get(topic, NEG_INF):
                 unit.wm[topic] = ts
         except Exception as exc:  # noqa: BLE001 — the record boundary: whatever a record raises dead-letters it

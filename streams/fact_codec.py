@@ -34,17 +34,18 @@ import fastavro
 
 from gpuledger.domain.demand import DemandFact
 from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
+from gpuledger.domain.model_metrics import ModelFact
 from gpuledger.domain.requests import RequestFact
 from gpuledger.schemas.registry import CodecError, latest_version, load_schema
 
 __all__ = ["FACT_CLASSES", "FACT_KINDS", "FactCodecError", "decode_facts", "encode_batch", "encode_fact",
            "iter_encoded", "schema_mismatches", "schema_name"]
 
-FACT_KINDS = ("capacity", "utilization", "requests", "demand")  # as the FactBatch attributes
+FACT_KINDS = ("capacity", "utilization", "requests", "demand", "models")  # as the FactBatch attributes
 FACT_CLASSES: dict[str, type] = {"capacity": CapacityFact, "utilization": UtilizationFact, "requests": RequestFact,
-                                 "demand": DemandFact}
+                                 "demand": DemandFact, "models": ModelFact}
 _SCHEMAS = {"capacity": "capacity_fact", "utilization": "utilization_fact", "requests": "request_fact",
-            "demand": "demand_fact"}
+            "demand": "demand_fact", "models": "model_fact"}
 _HEADER = struct.Struct(">BI")
 _AVRO_TYPES = {str: ("string",), int: ("long", "int"), float: ("double", "float")}
 _RANGES = {"long": (-(2 ** 63), 2 ** 63 - 1), "int": (-(2 ** 31), 2 ** 31 - 1)}

@@ -94,7 +94,7 @@ class Worker:
         self.changelog = Changelog(settings.kafka_bootstrap, t, self.out.producer, client)
         self.unit_topics = list(self.engine.unit_topics)
         self.bcast_topics = list(self.engine.broadcast_topics)
-        self.paced = {t.k8s.name, t.podresources.name, t.dcgm.name, t.vgpu.name, t.requests.name}
+        self.paced = {t.k8s.name, t.podresources.name, t.dcgm.name, t.vgpu.name, t.requests.name, t.model_metrics.name}
         self.pacer = Pacer(int(settings.read_ahead_s * 1000))
         self.owned: set[int] = set()
         self.dirty: set[int] = set()
@@ -208,7 +208,7 @@ class Worker:
             self.out.produce(facts[kind].name, key, value)
         self.out.poll()
         counts = (len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand))
-        self.stats["facts"] += sum(counts)
+        self.stats["facts"] += sum(counts) + len(batch.models)
         self.metrics.flushed(*counts, self.engine.pending_samples(), 0.0)
         self.metrics.skipped(self.engine.take_series_skipped())
         self.engine.take_references()  # the sink reads the reference topic itself
