@@ -193,7 +193,7 @@ def cmd_config(s: Settings, args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpuledger.cli import forecast, ledger, ops, produce, suspense
+    from gpuledger.cli import forecast, inventory, ledger, ops, produce, suspense
 
     p = argparse.ArgumentParser(prog="gpuledger", description="Who used the GPU: attribution from real sources.")
     p.add_argument("--home", help="local state folder (GPULEDGER_HOME, default ./.gpuledger)")
@@ -244,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_parsers(sub)
     suspense.add_parsers(sub)
     forecast.add_parsers(sub)
+    inventory.add_parsers(sub)
     cf = sub.add_parser("config", help="print the effective settings (validates them)")
     cf.add_argument("action", choices=["validate"])
     cf.set_defaults(func=cmd_config)

@@ -26,9 +26,10 @@ from gpuledger.domain.capacity import segment_facts
 from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
+from gpuledger.domain.gpu_health import health_facts
+from gpuledger.domain.gpu_incidents import HealthFold
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
-from gpuledger.domain.model_metrics import model_facts
 from gpuledger.domain.podresources import device_holders
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.domain.samples import SampleAttribution
@@ -85,8 +86,9 @@ class Attributor(SampleAttribution):
         self._util_out: list[UtilizationFact] = []
         self._request_out: list[RequestFact] = []
         self._demand_out: list = []
-        self._model_out: list = []
-        self.model_series: dict[str, list] = {}  # model server series -> [last scrape ms, its counters]
+        self._health_out: list = []  # health facts and incidents: at once, per scrape (no attribution)
+        self._incident_out: list = []
+        self.health = HealthFold()  # each device's last health values (incidents are changes)
         self.demand_done: set[str] = set()  # pods whose MIG wait is already a fact
 
     @property
@@ -157,6 +159,9 @@ class Attributor(SampleAttribution):
         ended = st.scrape_end(observed_at_ms, self.stale_ceiling_ms)
         if ended is not None:
             self._end_scrape(node, st, *ended)
+        for fact in health_facts(self.cluster_id, node, observed_at_ms, exposition, pos):
+            self._health_out.append(fact)
+            self._incident_out += self.health.observe(fact)
         rows = []
         at = [pos.topic, pos.partition, pos.offset]
         for s in parsed.samples:
@@ -223,17 +228,11 @@ class Attributor(SampleAttribution):
         """A finished request is a fact at once: it names its tenant itself."""
         self._request_out.append(request_fact(record, pos))
 
-    def apply_model_scrape(self, record: dict, pos: SourcePos) -> dict[str, int]:
-        """A model server's scrape is a fact at once per model and revision (its counters'
-        increases since the series' previous scrape); returns the series skipped, by reason."""
-        facts, skipped = model_facts(self.model_series, record, pos, self.stale_ceiling_ms)
-        self._model_out += facts
-        return skipped
-
     def drain(self) -> FactBatch:
-        out = FactBatch(self._capacity_out, self._util_out, self._request_out, self._demand_out, self._model_out)
+        out = FactBatch(self._capacity_out, self._util_out, self._request_out, self._demand_out)
         self._capacity_out, self._util_out, self._request_out, self._demand_out = [], [], [], []
-        self._model_out = []
+        out.health, out.health_incidents = self._health_out, self._incident_out
+        self._health_out, self._incident_out = [], []
         return out
 
     def pending_samples(self) -> int:
@@ -305,7 +304,8 @@ class Attributor(SampleAttribution):
             "k8s_wm": self.k8s_watermark_ms, "pr_wm": self.pr_watermark_ms, "vgpu_wm": self.vgpu_watermark_ms,
             "dcgm_wm": self.dcgm_watermark_ms, "counters": vars(self.counters),
             "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
-            "demand_done": sorted(self.demand_done), "model_series": self.model_series,
+            "health": self.health.state,
+            "demand_done": sorted(self.demand_done),
             "nodes": {n: node_state(s) for n, s in self.nodes.items()},
             "vgpu_hosts": {h: node_state(s) for h, s in self.vgpu_hosts.items()},
         }
@@ -328,8 +328,8 @@ class Attributor(SampleAttribution):
             if g[4] is None:
                 att.guest_open.setdefault(g[3], []).append(g)
         att.guest_wm = dict(state.get("guest_wm", {}))
+        att.health = HealthFold(state=state.get("health"))
         att.demand_done = set(state.get("demand_done", []))
-        att.model_series = {k: [t, dict(c)] for k, (t, c) in state.get("model_series", {}).items()}
         att.nodes = {n: node_from(s) for n, s in state["nodes"].items()}
         att.vgpu_hosts = {h: node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att

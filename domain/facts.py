@@ -122,11 +122,13 @@ class FactBatch:
     utilization: list = field(default_factory=list)
     requests: list = field(default_factory=list)
     demand: list = field(default_factory=list)
-    models: list = field(default_factory=list)  # ModelFact (domain/model_metrics.py)
+    health: list = field(default_factory=list)  # GpuHealthFact (domain/gpu_health.py)
+    health_incidents: list = field(default_factory=list)  # GpuHealthIncident (domain/gpu_incidents.py)
 
     def extend(self, other: FactBatch) -> None:
         self.capacity += other.capacity
         self.utilization += other.utilization
         self.requests += other.requests
         self.demand += other.demand
-        self.models += other.models
+        self.health += other.health
+        self.health_incidents += other.health_incidents

@@ -24,8 +24,9 @@ from gpuledger.domain.facts import FactBatch
 from gpuledger.domain.inventory import Inventory
 from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, PermanentStoreError, StoreError, TransientStoreError
-from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, MODEL_COLUMNS, REQUEST_COLUMNS,
-                                       UTILIZATION_COLUMNS, ddl_statements)
+from gpuledger.sinks.health_sql import HEALTH_COLUMNS, INCIDENT_COLUMNS, health_ddl_statements
+from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS,
+                                       ddl_statements)
 
 __all__ = ["ClickHouseStore", "EngineLockedError", "PERMANENT_CODES", "TRANSIENT_CODES", "store_error"]
 
@@ -121,7 +122,7 @@ class ClickHouseStore:
         self.command(f"DROP DATABASE IF EXISTS {self.db}")
 
     def ensure_schema(self) -> None:
-        for stmt in ddl_statements(self.db):
+        for stmt in ddl_statements(self.db) + health_ddl_statements(self.db):
             self.command(stmt)
 
     def command(self, sql: str, parameters: dict | None = None) -> None:
@@ -158,7 +159,8 @@ class ClickHouseStore:
                                       ("utilization_facts", UTILIZATION_COLUMNS, batch.utilization),
                                       ("request_facts", REQUEST_COLUMNS, batch.requests),
                                       ("demand_facts", DEMAND_COLUMNS, batch.demand),
-                                      ("model_facts", MODEL_COLUMNS, batch.models)):
+                                      ("gpu_health_facts", HEALTH_COLUMNS, batch.health),
+                                      ("gpu_health_incidents", INCIDENT_COLUMNS, batch.health_incidents)):
             self.insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
 
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:

@@ -15,9 +15,11 @@ the window (GPU-ms / window ms).
 - ``gpuledger_fleet_gpus_without_telemetry{cluster_id, node}``: GPUs in service with no DCGM
   sample in the window while other GPUs of their node reported (a device problem: fallen off
   the bus, DCGM cannot read it); ``gpuledger_fleet_nodes_without_telemetry{cluster_id}``: nodes
-  none of whose GPUs reported. DCGM XID errors are not kept in the facts: the health signals
-  are these and the inventory's unavailability windows,
+  none of whose GPUs reported; the inventory's unavailability windows,
   ``gpuledger_fleet_unavailable_gpus{cluster_id, reason}``.
+- ``gpuledger_fleet_gpu_health_incidents{cluster_id, node, kind, severity}``: health incidents
+  (domain/gpu_incidents.py) in the window; ``gpuledger_fleet_inventory_mismatch_gpus{cluster_id,
+  finding}``: the inventory reconciliation of the window (sinks/health_sql.py).
 - ``gpuledger_fleet_requests{cluster_id, endpoint_id}``, ``gpuledger_fleet_failed_requests``,
   ``gpuledger_fleet_request_queue_seconds{cluster_id, endpoint_id, quantile}``,
   ``gpuledger_fleet_request_ttft_seconds{...}``: finished requests and latency quantiles.
@@ -46,6 +48,7 @@ from gpuledger.config import Settings
 from gpuledger.domain.quota import Quota, QuotaError, parse_quotas, quota_in_force, split_by_quota
 from gpuledger.sinks import fleet_sql as q
 from gpuledger.sinks.base import StoreError
+from gpuledger.sinks.health_sql import incidents_by_node_sql, inventory_reconciliation_sql
 from gpuledger.sinks.query import QueryPort
 
 __all__ = ["FAMILIES", "FleetCollector", "FleetExporter", "quota_at", "reason_class", "read_fleet", "serve_fleet_metrics"]
@@ -81,6 +84,11 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
                                             ("cluster_id", "gpu_class")),
     "gpuledger_fleet_class_borrowed_gpus": ("GPU-equivalents of a class held above quota, all tenants.",
                                             ("cluster_id", "gpu_class")),
+    "gpuledger_fleet_gpu_health_incidents": ("GPU health incidents (XID, ECC, row remapping, throttling) in the "
+                                             "window.", ("cluster_id", "node", "kind", "severity")),
+    "gpuledger_fleet_inventory_mismatch_gpus": ("GPUs the evidence shows but the inventory does not approve "
+                                                "(not_in_inventory), and approved GPUs no source mentions "
+                                                "(no_evidence), in the window.", ("cluster_id", "finding")),
 }
 Samples = dict[str, dict[tuple[str, ...], float]]
 
@@ -142,6 +150,11 @@ def read_fleet(reader: QueryPort, now_ms: int, window_ms: int = WINDOW_MS,
         _add(out, "gpuledger_fleet_unavailable_gpus", (cluster, reason or "unavailable"), gpu_ms / window_ms)
     _requests(reader, p, out)
     _quotas(reader, p, out, window_ms)
+    for cluster, node, kind, severity, n in reader.query(incidents_by_node_sql(db), {"from_ms": f, "to_ms": t})[1]:
+        _add(out, "gpuledger_fleet_gpu_health_incidents", (cluster, node, kind, severity), n)
+    for cluster, _gpu, _node, finding, _sources in reader.query(inventory_reconciliation_sql(db),
+                                                                {"from_ms": f, "to_ms": t})[1]:
+        _add(out, "gpuledger_fleet_inventory_mismatch_gpus", (cluster, finding), 1)
     return t, out
 
 

@@ -34,18 +34,22 @@ import fastavro
 
 from gpuledger.domain.demand import DemandFact
 from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
-from gpuledger.domain.model_metrics import ModelFact
+from gpuledger.domain.gpu_health import GpuHealthFact
+from gpuledger.domain.gpu_incidents import GpuHealthIncident
 from gpuledger.domain.requests import RequestFact
 from gpuledger.schemas.registry import CodecError, latest_version, load_schema
 
 __all__ = ["FACT_CLASSES", "FACT_KINDS", "FactCodecError", "decode_facts", "encode_batch", "encode_fact",
            "iter_encoded", "schema_mismatches", "schema_name"]
 
-FACT_KINDS = ("capacity", "utilization", "requests", "demand", "models")  # as the FactBatch attributes
+FACT_KINDS = ("capacity", "utilization", "requests", "demand",
+              "health", "health_incidents")  # as the FactBatch attributes
 FACT_CLASSES: dict[str, type] = {"capacity": CapacityFact, "utilization": UtilizationFact, "requests": RequestFact,
-                                 "demand": DemandFact, "models": ModelFact}
+                                 "demand": DemandFact,
+                                 "health": GpuHealthFact, "health_incidents": GpuHealthIncident}
 _SCHEMAS = {"capacity": "capacity_fact", "utilization": "utilization_fact", "requests": "request_fact",
-            "demand": "demand_fact", "models": "model_fact"}
+            "demand": "demand_fact",
+            "health": "gpu_health_fact", "health_incidents": "gpu_health_incident"}
 _HEADER = struct.Struct(">BI")
 _AVRO_TYPES = {str: ("string",), int: ("long", "int"), float: ("double", "float")}
 _RANGES = {"long": (-(2 ** 63), 2 ** 63 - 1), "int": (-(2 ** 31), 2 ** 31 - 1)}

@@ -15,13 +15,14 @@ import pytest
 
 from gpuledger.domain.demand import DemandFact, closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact, fact_id
+from gpuledger.domain.gpu_health import GpuHealthFact, health_facts
+from gpuledger.domain.gpu_incidents import GpuHealthIncident, HealthFold
 from gpuledger.domain.k8s import LABEL_TENANT, OwnershipBook
-from gpuledger.domain.model_metrics import ModelFact, model_facts
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.schemas import latest_version, load_schema
 from gpuledger.schemas.registry import AVRO_DIR
+from gpuledger.sinks.health_sql import HEALTH_COLUMNS, INCIDENT_COLUMNS
 from gpuledger.sinks.schema_sql import CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS
-from gpuledger.sinks.schema_sql import MODEL_COLUMNS
 from gpuledger.streams.fact_codec import (FACT_CLASSES, FACT_KINDS, FactCodecError, decode_facts, encode_batch,
                                           encode_fact, schema_mismatches, schema_name)
 
@@ -80,21 +81,22 @@ def demand(**kw) -> DemandFact:
     return dataclasses.replace(fact, **kw)
 
 
-MAKE = {"capacity": capacity, "utilization": utilization, "requests": request, "demand": demand}
-
-
-def model(**kw) -> ModelFact:
-    """Through the parser: two scrapes of the real vLLM sample."""
-    text = (FIXTURES / "inference" / "vllm-metrics-qwen2.5-0.5b.txt").read_text()
-    series: dict = {}
-    for at in (T - 30_000, T):
-        (fact,), _ = model_facts(series, {"observed_at_ms": at, "cluster_id": "prod-ai-1", "endpoint_id": "chat",
-                                          "pod": "chat-0", "revision": "sha256:9f1c", "exposition": text}, POS, 300_000)
-    assert fact.span_ms == 30_000 and fact.generation_tokens == 0.0
+def health(**kw) -> GpuHealthFact:
+    """Through the parser: a real-format H100 scrape with every health field."""
+    text = (FIXTURES / "dcgm" / "dcgm-metrics-health-h100.constructed.txt").read_text()
+    fact = health_facts("prod-ai-1", "gpu-node-1", T, text, POS)[0]
+    assert fact.fb_total_bytes == 81559 * 2 ** 20 and fact.power_violation_s == 1.25
     return dataclasses.replace(fact, **kw)
 
 
-MAKE.update(models=model)
+def health_incident(**kw) -> GpuHealthIncident:
+    (fact,) = HealthFold().observe(health(xid_last=79, gpu_instance_id=3))
+    assert (fact.kind, fact.code, fact.severity) == ("xid", 79, "critical")
+    return dataclasses.replace(fact, **kw)
+
+
+MAKE = {"capacity": capacity, "utilization": utilization, "requests": request, "demand": demand}
+MAKE.update(health=health, health_incidents=health_incident)
 
 
 def round_trip(kind, fact):
@@ -141,7 +143,7 @@ def test_a_batch_is_keyed_by_fact_id_and_decodes_per_kind():
 def test_none_in_every_nullable_field(kind):
     fact = MAKE[kind]()
     nulls = nullable_fields(type(fact))
-    assert (kind in ("utilization", "requests", "demand", "models")) == bool(nulls)
+    assert (kind in ("utilization", "requests", "demand", "health", "health_incidents")) == bool(nulls)
     back = round_trip(kind, dataclasses.replace(fact, **{n: None for n in nulls}))
     assert all(getattr(back, n) is None for n in nulls)
     for n in nulls:  # and each alone
@@ -259,8 +261,7 @@ def test_a_fact_written_with_an_older_schema_version_is_read_into_the_current_on
 # -- the schema covers the dataclass ----------------------------------------------------------
 
 COLUMNS = {"capacity": CAPACITY_COLUMNS, "utilization": UTILIZATION_COLUMNS, "requests": REQUEST_COLUMNS,
-           "demand": DEMAND_COLUMNS}
-COLUMNS.update(models=MODEL_COLUMNS)
+           "demand": DEMAND_COLUMNS, "health": HEALTH_COLUMNS, "health_incidents": INCIDENT_COLUMNS}
 
 
 @pytest.mark.parametrize("kind", FACT_KINDS)

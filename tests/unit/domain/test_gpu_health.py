@@ -1,0 +1,113 @@
+"""Health facts from dcgm-exporter scrapes (units, MIG instances, blanks, both clock-event
+spellings) and the incidents folded from them (XID by code class, DBE, row remapping,
+sustained throttling)."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpuledger.domain.dcgm import parse_exposition
+from gpuledger.domain.facts import SourcePos
+from gpuledger.domain.gpu_health import health_facts
+from gpuledger.domain.gpu_incidents import HealthFold, xid_severity
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm"
+POS = SourcePos("t.source.dcgm", 0, 7)
+MIB = 1024 * 1024
+
+
+def facts(text: str, t_ms: int = 1_000):
+    return {(f.gpu_uuid, f.gpu_instance_id): f for f in health_facts("c1", "gpu-node-1", t_ms, text, POS)}
+
+
+def test_a_real_format_scrape_with_health_fields_gives_one_fact_per_gpu_in_units():
+    text = (FIXTURES / "dcgm-metrics-health-h100.constructed.txt").read_text()
+    got = facts(text)
+    busy = got[("GPU-bc5610b9-79c8-fedd-8899-07539c7f868a", None)]
+    assert (busy.node, busy.model, busy.pci_bus_id) == ("gpu-node-1", "NVIDIA H100 80GB HBM3", "00000000:64:00.0")
+    assert (busy.gpu_temp_c, busy.memory_temp_c) == (47.0, 52.0)
+    assert (busy.fb_total_bytes, busy.fb_free_bytes, busy.fb_used_bytes, busy.fb_reserved_bytes) == (
+        81559 * MIB, 6071 * MIB, 74940 * MIB, 548 * MIB)
+    assert (busy.ecc_sbe_volatile_total, busy.ecc_dbe_volatile_total, busy.ecc_sbe_aggregate_total) == (2, 0, 17)
+    assert (busy.remapped_rows_correctable, busy.remapped_rows_uncorrectable, busy.row_remap_failure) == (1, 0, 0)
+    assert busy.clock_event_reasons == 0x4 and busy.pcie_replays_total == 3 and busy.nvlink_replay_errors_total == 1
+    assert busy.power_violation_s == pytest.approx(1.25) and busy.thermal_violation_s == 0.0  # ns -> s
+    assert busy.xid_last == 0 and (busy.src_topic, busy.src_offset) == ("t.source.dcgm", 7)
+    assert len(got) == 2
+    # the attribution parse of the same scrape is unchanged: health fields are not attribution fields
+    assert len(parse_exposition(text).samples) == 2
+
+
+def test_mig_instance_series_are_facts_of_the_instance_and_absent_fields_are_none():
+    got = facts((FIXTURES / "dcgm-metrics-mig-a100.txt").read_text())
+    parent = got[("GPU-34319582-d595-d1c7-d1d2-179bcfa61660", None)]
+    instance = got[("GPU-34319582-d595-d1c7-d1d2-179bcfa61660", 13)]
+    assert (parent.gpu_temp_c, parent.memory_temp_c, parent.fb_free_bytes) == (61.0, 69.0, 35690 * MIB)
+    assert parent.ecc_dbe_volatile_total is None and parent.fb_total_bytes is None
+    assert (instance.profile, instance.xid_last, instance.gpu_temp_c) == ("1g.5gb", 0, None)
+
+
+def test_blanks_are_dropped_and_the_old_clock_event_spelling_is_read():
+    text = ('DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} 9223372036854775794\n'
+            'DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0",UUID="GPU-a"} 72\n'
+            'DCGM_FI_DEV_MEMORY_TEMP{gpu="0",UUID="GPU-a"} NaN\n'
+            'DCGM_FI_DEV_XID_ERRORS{gpu="0"} 79\n')  # no UUID: no device
+    (f,) = facts(text).values()
+    assert (f.gpu_temp_c, f.memory_temp_c, f.clock_event_reasons, f.xid_last) == (None, None, 72, None)
+    assert facts("DCGM_FI_DEV_SM_CLOCK{gpu=\"0\",UUID=\"GPU-a\"} 1980\n") == {}
+
+
+def _scrape(t_ms: int, **values) -> object:
+    base = {"DCGM_FI_DEV_XID_ERRORS": 0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0, "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0}
+    base.update({f"DCGM_FI_DEV_{k}": v for k, v in values.items()})
+    text = "".join(f'{k}{{gpu="0",UUID="GPU-a",Hostname="n1"}} {v}\n' for k, v in base.items())
+    (f,) = facts(text, t_ms).values()
+    return f
+
+
+def _incidents(fold: HealthFold, *scrapes) -> list[tuple]:
+    return [(i.observed_at_ms, i.kind, i.code, i.severity) for s in scrapes for i in fold.observe(s)]
+
+
+def test_xid_incident_on_each_new_code_with_severity_by_class():
+    fold = HealthFold()
+    got = _incidents(fold, _scrape(0), _scrape(10, XID_ERRORS=13), _scrape(20, XID_ERRORS=13),
+                     _scrape(30, XID_ERRORS=79), _scrape(40, XID_ERRORS=79))
+    assert got == [(10, "xid", 13, "warning"), (30, "xid", 79, "critical")]
+    assert [xid_severity(c)[0] for c in (48, 63, 64, 74, 79, 94, 95)] == ["critical"] * 7
+    assert [xid_severity(c)[0] for c in (13, 31, 43, 999)] == ["warning"] * 4
+    assert xid_severity(79)[1] == "GPU has fallen off the bus"
+
+
+def test_dbe_row_remap_and_sustained_throttle_incidents():
+    fold = HealthFold(throttle_min_ms=60_000)
+    got = _incidents(
+        fold, _scrape(0), _scrape(10_000, ECC_DBE_VOL_TOTAL=1), _scrape(20_000, ECC_DBE_VOL_TOTAL=1),
+        _scrape(30_000, ECC_DBE_VOL_TOTAL=1, UNCORRECTABLE_REMAPPED_ROWS=2, ROW_REMAP_FAILURE=1),
+        _scrape(40_000, ECC_DBE_VOL_TOTAL=1, ROW_REMAP_FAILURE=1, UNCORRECTABLE_REMAPPED_ROWS=2,
+                CLOCKS_EVENT_REASONS=0x40 | 0x4),
+        _scrape(90_000, ECC_DBE_VOL_TOTAL=1, ROW_REMAP_FAILURE=1, UNCORRECTABLE_REMAPPED_ROWS=2,
+                CLOCKS_EVENT_REASONS=0x40),
+        _scrape(100_000, ECC_DBE_VOL_TOTAL=1, ROW_REMAP_FAILURE=1, UNCORRECTABLE_REMAPPED_ROWS=2,
+                CLOCKS_EVENT_REASONS=0x40),
+        _scrape(110_000, ECC_DBE_VOL_TOTAL=1, ROW_REMAP_FAILURE=1, UNCORRECTABLE_REMAPPED_ROWS=2,
+                CLOCKS_EVENT_REASONS=0x4))  # SW power cap alone: ordinary
+    assert got == [(10_000, "ecc_dbe", 1, "critical"), (30_000, "row_remap_failure", 1, "critical"),
+                   (30_000, "row_remap_pending", 2, "warning"), (100_000, "thermal_throttle", 0x40, "warning")]
+
+
+def test_a_dbe_already_counted_at_the_first_sample_is_an_incident_and_the_fold_survives_a_checkpoint():
+    fold = HealthFold()
+    assert _incidents(fold, _scrape(0, ECC_DBE_VOL_TOTAL=3, XID_ERRORS=48)) == [
+        (0, "xid", 48, "critical"), (0, "ecc_dbe", 3, "critical")]
+    again = HealthFold(state=__import__("json").loads(__import__("json").dumps(fold.state)))
+    assert _incidents(again, _scrape(10, ECC_DBE_VOL_TOTAL=3, XID_ERRORS=48)) == []
+
+
+def test_incident_ids_are_deterministic_and_point_at_their_health_fact():
+    first = HealthFold().observe(_scrape(5, XID_ERRORS=79))
+    second = HealthFold().observe(_scrape(5, XID_ERRORS=79))
+    assert first == second and first[0].health_fact_id == _scrape(5, XID_ERRORS=79).fact_id
+    assert replace(first[0], fact_id="") != first[0]
