@@ -42,10 +42,13 @@ H, M = 3_600_000, 60_000
 T0 = parse_rfc3339_ms(START)
 RANGE = TimeRange(T0, T0 + HOURS * H, interval_ms=300_000)
 # Real values to select: chosen so every panel has data under them (a multi-value selection
-# for project, whose capacity and requests live in different projects).
+# for project, whose capacity and requests live in different projects). The fleet's GPU is the
+# demo's never-allocated GPU, which the fixture puts in maintenance and lends to a pod of no tenant.
 SELECTION = {"tenant": "vision", "project": ["vision-apps", "vision-default"], "allocation_class": "borrowed",
              "period": "2026-10", "gpu_class": "H100-80GB", "node": "gpu-node-4", "endpoint": "chat-llm",
-             "model": "llama-3.1-70b-instruct"}
+             "model": "llama-3.1-70b-instruct", "cluster": "prod-ai-1", "node_pool": "gpu-node",
+             "gpu": demo_plan(T0, HOURS).nodes["gpu-node-4"][7].uuid, "mode": "exclusive", "severity": "critical",
+             "department": "cc-vision", "namespace": "vision-train", "profile": "1g.10gb", "service_tier": "default"}
 GRAFANA_GLOBALS = {"__from", "__to", "__interval", "__interval_ms", "__range", "__range_s", "__range_ms",
                    "__dashboard", "__user", "__org", "__timezone", "__all"}
 PLUGIN_MACROS = {"__fromTime", "__toTime", "__fromTime_ms", "__toTime_ms", "__timeFilter", "__timeFilter_ms",

@@ -17,7 +17,7 @@ import re
 
 import pytest
 from deploy_support import REPO
-from grafana_macros import TimeRange, Variable, render  # tests/grafana_macros.py (tests/conftest.py)
+from grafana_macros import TimeRange, Variable, apply_conditional_all, render  # tests/grafana_macros.py
 
 DASHBOARDS = sorted((REPO / "deploy" / "grafana" / "dashboards").glob("*.json"))
 REFERENCE = re.compile(r"\$(\w+)|\[\[(\w+?)(?::(\w+))?\]\]|\$\{(\w+)(?:\.[^:}]+)?(?::([^}]+))?\}")
@@ -117,3 +117,44 @@ def test_query_variables_store_the_plugins_variable_model(path):
     for v in board.get("templating", {}).get("list", []):
         if v["type"] == "query":
             assert v["query"] == {"refId": v["query"]["refId"], "queryType": "sql", "rawSql": v["definition"]}, v["name"]
+
+
+# The filters the design asks of each dashboard (issue 17): variable name -> what it selects.
+DESIGN_VARIABLES = {
+    "fleet-capacity-health": {"cluster": "cluster", "node_pool": "node pool", "gpu_class": "GPU model",
+                              "node": "node", "gpu": "GPU", "mode": "MIG mode", "severity": "health severity"},
+    "tenant-showback": {"department": "department", "namespace": "namespace or VM group",
+                        "service_tier": "service tier", "allocation_class": "allocation class",
+                        "profile": "MIG or vGPU profile"},
+}
+
+
+def panel_sqls(board: dict) -> list[tuple[str, str]]:
+    return [(where, sql) for where, sql in sql_texts(board) if where.startswith("panel ")]
+
+
+@pytest.mark.parametrize("stem", sorted(DESIGN_VARIABLES))
+def test_each_dashboard_declares_the_variables_the_design_lists_and_panels_filter_by_them(stem):
+    board = json.loads((REPO / "deploy" / "grafana" / "dashboards" / f"{stem}.json").read_text())
+    declared = {v["name"]: v for v in board["templating"]["list"]}
+    missing = {name: what for name, what in DESIGN_VARIABLES[stem].items() if name not in declared}
+    assert not missing, f"{stem} lacks the variables {missing}"
+    panels = panel_sqls(board)
+    for name in DESIGN_VARIABLES[stem]:
+        v = declared[name]
+        assert v["includeAll"] and v["multi"], name  # All (no filter) or any choice of values
+        # the dashboards' one convention: every use inside $__conditionalAll(..., $name), so All
+        # (or nothing chosen) drops the condition, and the values quoted one by one otherwise
+        at_all = {name: Variable(name, ["$__all"], ["x"])}
+        for where, sql in panels:
+            left = {m.group(0) for m in REFERENCE.finditer(apply_conditional_all(sql, at_all))
+                    if name in (m.group(1), m.group(2), m.group(4))}
+            assert not left, f"{stem}, {where}: {left} outside $__conditionalAll(..., ${name})"
+            formats = {m.group(5) for m in REFERENCE.finditer(sql) if m.group(4) == name}
+            assert formats <= {"singlequote"}, f"{stem}, {where}: ${name} as {formats}, not ${{{name}:singlequote}}"
+        readers = [where for where, sql in panels if f"${{{name}:singlequote}}" in sql]
+        if name == "severity":  # filters the health panels over gpu_health_incidents, each of them
+            health = [where for where, sql in panels if "gpu_health_incidents" in sql]
+            assert set(health) <= set(readers), f"{stem}: not filtered by severity: {set(health) - set(readers)}"
+        else:
+            assert readers, f"{stem}: no panel filters by ${name}"
