@@ -25,7 +25,7 @@ from gpuledger.config import Settings
 
 __all__ = ["SOURCES", "add_parsers"]
 
-SOURCES = ("k8s", "podresources", "dcgm", "vgpu", "requests")
+SOURCES = ("k8s", "podresources", "dcgm", "vgpu", "requests", "model-metrics")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
 
 
@@ -69,6 +69,18 @@ def build_producer(source: str, s: Settings, metrics, node: str):
                             s.scrape_interval_s, metrics)
     if source == "requests":
         return _RequestSources(s, metrics, state_dir)
+    if source == "model-metrics":
+        from gpuledger.producers.model_scrape import ModelScrapeProducer
+
+        if not s.model_metrics_url or not s.model_endpoint_id:
+            raise UsageError("model-metrics: set the model server's /metrics URL and the endpoint it serves "
+                             "(--model-url URL --endpoint ID, or GPULEDGER_MODEL_METRICS_URL and "
+                             "GPULEDGER_MODEL_ENDPOINT_ID)")
+        try:
+            return ModelScrapeProducer(s.model_metrics_url, s.model_endpoint_id, s.scrape_interval_s, metrics,
+                                       s.model_runtime, s.model_pod, s.model_revision)
+        except ValueError as exc:
+            raise UsageError(f"model-metrics: {exc}") from exc
     raise UsageError(f"unknown source {source!r}: one of {', '.join(SOURCES)}")
 
 
@@ -246,7 +258,9 @@ def _overrides(args) -> dict:
             "metrics_port": "producer_metrics_port", "kube_api": "kube_api_url", "kubeconfig": "kubeconfig",
             "socket": "podresources_socket", "dcgm_url": "dcgm_url", "vgpu_command": "vgpu_command",
             "gpus_command": "vgpu_gpus_command", "owners": "vgpu_owners", "log": "requests_log",
-            "listen": "requests_listen", "reporters": "requests_reporters", "vllm_url": "vllm_url"}
+            "listen": "requests_listen", "reporters": "requests_reporters", "vllm_url": "vllm_url",
+            "model_url": "model_metrics_url", "endpoint": "model_endpoint_id", "runtime": "model_runtime",
+            "pod": "model_pod", "revision": "model_revision"}
     out = {setting: getattr(args, flag) for flag, setting in keys.items() if getattr(args, flag, None) is not None}
     if getattr(args, "no_clock_sync", False):
         out["clock_sync"] = False
@@ -269,6 +283,11 @@ def _source_flags(p) -> None:
     p.add_argument("--listen", help="HOST:PORT to accept request events over HTTP (requests)")
     p.add_argument("--reporters", type=Path, help="reporters document: who may POST request events, for whom")
     p.add_argument("--vllm-url", help="vLLM /metrics URL to check request totals against")
+    p.add_argument("--model-url", help="a model server's /metrics URL: vLLM, Triton or NIM (model-metrics)")
+    p.add_argument("--endpoint", help="the endpoint the model server serves (model-metrics)")
+    p.add_argument("--runtime", choices=("vllm", "triton", "nim"), help="the model server (model-metrics)")
+    p.add_argument("--pod", help="the model server's pod (model-metrics)")
+    p.add_argument("--revision", help="the revision it serves, when its labels do not say (model-metrics)")
     p.add_argument("--no-clock-sync", action="store_true", help="stamp with this host's clock, uncorrected")
     p.add_argument("--from", dest="from_", help="first poll at or after this instant (RFC 3339)")
     p.add_argument("--until", help="stop polling at this instant (RFC 3339)")

@@ -155,6 +155,12 @@ class Settings(BaseSettings):
         None, description="JSON document of the reporters that may POST request events: name, SHA-256 of the "
         "bearer token, tenants and endpoints each may report for (required with requests_listen).")
     vllm_url: str = Field("", description="vLLM /metrics URL; its token totals are checked against the request events.")
+    model_metrics_url: str = Field("", description="A model server's /metrics URL (vLLM, Triton, NIM) that "
+                                   "`produce model-metrics` scrapes.")
+    model_endpoint_id: str = Field("", description="The endpoint the scraped model server serves (model-metrics).")
+    model_runtime: str = Field("", description="vllm, triton or nim; empty: told by the metric names (model-metrics).")
+    model_pod: str = Field("", description="The scraped model server's pod, where one server is one pod (model-metrics).")
+    model_revision: str = Field("", description="The revision the model server serves, when its labels do not say it.")
     clock_sync: bool = Field(True, description="Measure this host's clock against the broker's and correct observed_at.")
 
     def shown_dsn(self) -> str:
