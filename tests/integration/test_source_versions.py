@@ -18,7 +18,7 @@ from stack_support import BOOTSTRAP
 
 pytestmark = pytest.mark.integration
 
-REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "dcgm" / "dcgm-metrics-k8s-h100.txt"
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm" / "dcgm-metrics-k8s-h100.txt"  # the real scrape, copied
 OCT, NOV = parse_rfc3339_ms("2026-10-01T00:00:00Z"), parse_rfc3339_ms("2026-11-01T00:00:00Z")
 H = 3_600_000
 
