@@ -32,7 +32,7 @@ __all__ = ["TopicSpec", "Topics", "ensure_topics", "read_extents", "topics_for"]
 
 AUDIT_RETENTION_DAYS = 400  # 13 months: a closed year plus a dispute window
 FACT_SCHEMAS = {"capacity": "capacity_fact", "utilization": "utilization_fact", "requests": "request_fact",
-                "demand": "demand_fact",
+                "demand": "demand_fact", "models": "model_fact",
                 "health": "gpu_health_fact", "health_incidents": "gpu_health_incident"}
 STATE_MAX_BYTES = 64 * 1024 * 1024
 
@@ -60,6 +60,7 @@ class Topics:
         self.dcgm = TopicSpec(f"{prefix}.source.dcgm", "dcgm_scrape", p, src)
         self.vgpu = TopicSpec(f"{prefix}.source.vgpu", "vgpu_snapshot", p, src)
         self.requests = TopicSpec(f"{prefix}.source.requests", "request_event", p, src)
+        self.model_metrics = TopicSpec(f"{prefix}.source.model-metrics", "model_scrape", p, src)  # by endpoint
         self.reference = TopicSpec(f"{prefix}.reference.documents", "reference_document", 1, ref)
         self.dead_letter = TopicSpec(f"{prefix}.dead-letter", "dead_letter", 1,
                                      {"cleanup.policy": "delete", "retention.ms": audit_ms})
@@ -78,8 +79,8 @@ class Topics:
                                 "message.timestamp.type": "LogAppendTime"})
 
     def all(self) -> list[TopicSpec]:
-        return [self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests, self.reference, self.dead_letter,
-                self.clock, *self.facts.values(), self.progress, self.unit_state, self.broadcast_state]
+        return [self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests, self.model_metrics, self.reference,
+                self.dead_letter, self.clock, *self.facts.values(), self.progress, self.unit_state, self.broadcast_state]
 
     def fact_topics(self) -> list[TopicSpec]:
         return [*self.facts.values(), self.progress]
@@ -95,7 +96,7 @@ class Topics:
 
     def processed(self) -> list[TopicSpec]:
         """The topics `process` reads."""
-        return [self.reference, self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests]
+        return [self.reference, self.k8s, self.podresources, self.dcgm, self.vgpu, self.requests, self.model_metrics]
 
 
 def ensure_topics(bootstrap: str, topics: Topics, timeout_s: float = 30.0,

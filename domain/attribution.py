@@ -30,6 +30,7 @@ from gpuledger.domain.gpu_health import health_facts
 from gpuledger.domain.gpu_incidents import HealthFold
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
+from gpuledger.domain.model_metrics import model_facts
 from gpuledger.domain.podresources import device_holders
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.domain.samples import SampleAttribution
@@ -89,6 +90,8 @@ class Attributor(SampleAttribution):
         self._health_out: list = []  # health facts and incidents: at once, per scrape (no attribution)
         self._incident_out: list = []
         self.health = HealthFold()  # each device's last health values (incidents are changes)
+        self._model_out: list = []
+        self.model_series: dict[str, list] = {}  # model server series -> [last scrape ms, its counters]
         self.demand_done: set[str] = set()  # pods whose MIG wait is already a fact
 
     @property
@@ -228,9 +231,17 @@ class Attributor(SampleAttribution):
         """A finished request is a fact at once: it names its tenant itself."""
         self._request_out.append(request_fact(record, pos))
 
+    def apply_model_scrape(self, record: dict, pos: SourcePos) -> dict[str, int]:
+        """A model server's scrape is a fact at once per model and revision (its counters'
+        increases since the series' previous scrape); returns the series skipped, by reason."""
+        facts, skipped = model_facts(self.model_series, record, pos, self.stale_ceiling_ms)
+        self._model_out += facts
+        return skipped
+
     def drain(self) -> FactBatch:
-        out = FactBatch(self._capacity_out, self._util_out, self._request_out, self._demand_out)
+        out = FactBatch(self._capacity_out, self._util_out, self._request_out, self._demand_out, self._model_out)
         self._capacity_out, self._util_out, self._request_out, self._demand_out = [], [], [], []
+        self._model_out = []
         out.health, out.health_incidents = self._health_out, self._incident_out
         self._health_out, self._incident_out = [], []
         return out
@@ -305,7 +316,7 @@ class Attributor(SampleAttribution):
             "dcgm_wm": self.dcgm_watermark_ms, "counters": vars(self.counters),
             "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
             "health": self.health.state,
-            "demand_done": sorted(self.demand_done),
+            "demand_done": sorted(self.demand_done), "model_series": self.model_series,
             "nodes": {n: node_state(s) for n, s in self.nodes.items()},
             "vgpu_hosts": {h: node_state(s) for h, s in self.vgpu_hosts.items()},
         }
@@ -330,6 +341,7 @@ class Attributor(SampleAttribution):
         att.guest_wm = dict(state.get("guest_wm", {}))
         att.health = HealthFold(state=state.get("health"))
         att.demand_done = set(state.get("demand_done", []))
+        att.model_series = {k: [t, dict(c)] for k, (t, c) in state.get("model_series", {}).items()}
         att.nodes = {n: node_from(s) for n, s in state["nodes"].items()}
         att.vgpu_hosts = {h: node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att

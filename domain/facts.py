@@ -122,6 +122,7 @@ class FactBatch:
     utilization: list = field(default_factory=list)
     requests: list = field(default_factory=list)
     demand: list = field(default_factory=list)
+    models: list = field(default_factory=list)  # ModelFact (domain/model_metrics.py)
     health: list = field(default_factory=list)  # GpuHealthFact (domain/gpu_health.py)
     health_incidents: list = field(default_factory=list)  # GpuHealthIncident (domain/gpu_incidents.py)
 
@@ -132,3 +133,4 @@ class FactBatch:
         self.demand += other.demand
         self.health += other.health
         self.health_incidents += other.health_incidents
+        self.models += other.models

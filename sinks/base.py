@@ -21,6 +21,7 @@ from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.gpu_health import GpuHealthFact
 from gpuledger.domain.gpu_incidents import GpuHealthIncident
 from gpuledger.domain.inventory import Inventory
+from gpuledger.domain.model_metrics import ModelFact
 from gpuledger.domain.requests import RequestFact
 
 __all__ = ["Checkpoint", "FactStore", "MemoryStore", "PermanentStoreError", "StoreError", "TransientStoreError"]
@@ -77,6 +78,7 @@ class MemoryStore:
     demand: dict[str, DemandFact] = field(default_factory=dict)
     health: dict[str, GpuHealthFact] = field(default_factory=dict)
     health_incidents: dict[str, GpuHealthIncident] = field(default_factory=dict)
+    models: dict[str, ModelFact] = field(default_factory=dict)
     references: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     inventory: dict[str, Inventory] = field(default_factory=dict)
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
@@ -88,6 +90,7 @@ class MemoryStore:
         self.demand.update((f.fact_id, f) for f in batch.demand)
         self.health.update((f.fact_id, f) for f in batch.health)
         self.health_incidents.update((f.fact_id, f) for f in batch.health_incidents)
+        self.models.update((f.fact_id, f) for f in batch.models)
 
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:
         return {i: self.requests[i] for i in fact_ids if i in self.requests}

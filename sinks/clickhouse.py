@@ -25,8 +25,8 @@ from gpuledger.domain.inventory import Inventory
 from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, PermanentStoreError, StoreError, TransientStoreError
 from gpuledger.sinks.health_sql import HEALTH_COLUMNS, INCIDENT_COLUMNS, health_ddl_statements
-from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS,
-                                       ddl_statements)
+from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, MODEL_COLUMNS, REQUEST_COLUMNS,
+                                       UTILIZATION_COLUMNS, ddl_statements)
 
 __all__ = ["ClickHouseStore", "EngineLockedError", "PERMANENT_CODES", "TRANSIENT_CODES", "store_error"]
 
@@ -160,7 +160,8 @@ class ClickHouseStore:
                                       ("request_facts", REQUEST_COLUMNS, batch.requests),
                                       ("demand_facts", DEMAND_COLUMNS, batch.demand),
                                       ("gpu_health_facts", HEALTH_COLUMNS, batch.health),
-                                      ("gpu_health_incidents", INCIDENT_COLUMNS, batch.health_incidents)):
+                                      ("gpu_health_incidents", INCIDENT_COLUMNS, batch.health_incidents),
+                                      ("model_facts", MODEL_COLUMNS, batch.models)):
             self.insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
 
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:

@@ -25,7 +25,7 @@ from gpuledger.sinks.base import FactStore, PermanentStoreError
 __all__ = ["TABLES", "settle_batch", "write_isolating"]
 
 TABLES = {"capacity": "capacity_facts", "utilization": "utilization_facts", "requests": "request_facts",
-          "demand": "demand_facts",
+          "demand": "demand_facts", "models": "model_facts",
           "health": "gpu_health_facts", "health_incidents": "gpu_health_incidents"}
 Reject = Callable[[str, object, PermanentStoreError], None]  # (table, fact, error)
 

@@ -36,19 +36,20 @@ from gpuledger.domain.demand import DemandFact
 from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.gpu_health import GpuHealthFact
 from gpuledger.domain.gpu_incidents import GpuHealthIncident
+from gpuledger.domain.model_metrics import ModelFact
 from gpuledger.domain.requests import RequestFact
 from gpuledger.schemas.registry import CodecError, latest_version, load_schema
 
 __all__ = ["FACT_CLASSES", "FACT_KINDS", "FactCodecError", "decode_facts", "encode_batch", "encode_fact",
            "iter_encoded", "schema_mismatches", "schema_name"]
 
-FACT_KINDS = ("capacity", "utilization", "requests", "demand",
+FACT_KINDS = ("capacity", "utilization", "requests", "demand", "models",
               "health", "health_incidents")  # as the FactBatch attributes
 FACT_CLASSES: dict[str, type] = {"capacity": CapacityFact, "utilization": UtilizationFact, "requests": RequestFact,
-                                 "demand": DemandFact,
+                                 "demand": DemandFact, "models": ModelFact,
                                  "health": GpuHealthFact, "health_incidents": GpuHealthIncident}
 _SCHEMAS = {"capacity": "capacity_fact", "utilization": "utilization_fact", "requests": "request_fact",
-            "demand": "demand_fact",
+            "demand": "demand_fact", "models": "model_fact",
             "health": "gpu_health_fact", "health_incidents": "gpu_health_incident"}
 _HEADER = struct.Struct(">BI")
 _AVRO_TYPES = {str: ("string",), int: ("long", "int"), float: ("double", "float")}

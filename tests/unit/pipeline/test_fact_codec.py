@@ -18,11 +18,13 @@ from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, Utilizati
 from gpuledger.domain.gpu_health import GpuHealthFact, health_facts
 from gpuledger.domain.gpu_incidents import GpuHealthIncident, HealthFold
 from gpuledger.domain.k8s import LABEL_TENANT, OwnershipBook
+from gpuledger.domain.model_metrics import ModelFact, model_facts
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.schemas import latest_version, load_schema
 from gpuledger.schemas.registry import AVRO_DIR
 from gpuledger.sinks.health_sql import HEALTH_COLUMNS, INCIDENT_COLUMNS
 from gpuledger.sinks.schema_sql import CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS
+from gpuledger.sinks.schema_sql import MODEL_COLUMNS
 from gpuledger.streams.fact_codec import (FACT_CLASSES, FACT_KINDS, FactCodecError, decode_facts, encode_batch,
                                           encode_fact, schema_mismatches, schema_name)
 
@@ -99,6 +101,20 @@ MAKE = {"capacity": capacity, "utilization": utilization, "requests": request, "
 MAKE.update(health=health, health_incidents=health_incident)
 
 
+def model(**kw) -> ModelFact:
+    """Through the parser: two scrapes of the real vLLM sample."""
+    text = (FIXTURES / "inference" / "vllm-metrics-qwen2.5-0.5b.txt").read_text()
+    series: dict = {}
+    for at in (T - 30_000, T):
+        (fact,), _ = model_facts(series, {"observed_at_ms": at, "cluster_id": "prod-ai-1", "endpoint_id": "chat",
+                                          "pod": "chat-0", "revision": "sha256:9f1c", "exposition": text}, POS, 300_000)
+    assert fact.span_ms == 30_000 and fact.generation_tokens == 0.0
+    return dataclasses.replace(fact, **kw)
+
+
+MAKE.update(models=model)
+
+
 def round_trip(kind, fact):
     (back,) = decode_facts(kind, [encode_fact(kind, fact)])
     assert type(back) is type(fact) and back == fact
@@ -143,7 +159,7 @@ def test_a_batch_is_keyed_by_fact_id_and_decodes_per_kind():
 def test_none_in_every_nullable_field(kind):
     fact = MAKE[kind]()
     nulls = nullable_fields(type(fact))
-    assert (kind in ("utilization", "requests", "demand", "health", "health_incidents")) == bool(nulls)
+    assert (kind in ("utilization", "requests", "demand", "models", "health", "health_incidents")) == bool(nulls)
     back = round_trip(kind, dataclasses.replace(fact, **{n: None for n in nulls}))
     assert all(getattr(back, n) is None for n in nulls)
     for n in nulls:  # and each alone
@@ -262,6 +278,7 @@ def test_a_fact_written_with_an_older_schema_version_is_read_into_the_current_on
 
 COLUMNS = {"capacity": CAPACITY_COLUMNS, "utilization": UTILIZATION_COLUMNS, "requests": REQUEST_COLUMNS,
            "demand": DEMAND_COLUMNS, "health": HEALTH_COLUMNS, "health_incidents": INCIDENT_COLUMNS}
+COLUMNS.update(models=MODEL_COLUMNS)
 
 
 @pytest.mark.parametrize("kind", FACT_KINDS)

@@ -38,7 +38,8 @@ def backward_compatible(old: dict, new: dict) -> bool:
 
 
 EXPECTED = {"k8s_watch_event", "podresources_snapshot", "dcgm_scrape", "vgpu_snapshot", "request_event",
-            "reference_document", "dead_letter", "capacity_fact", "utilization_fact", "request_fact", "demand_fact", "clock_heartbeat"}
+            "reference_document", "dead_letter", "capacity_fact", "utilization_fact", "request_fact", "demand_fact", "clock_heartbeat",
+            "model_scrape", "model_fact"}
 EXPECTED |= {"gpu_health_fact", "gpu_health_incident"}
 
 

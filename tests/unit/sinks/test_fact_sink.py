@@ -95,11 +95,11 @@ def test_every_kind_is_decoded_once_and_written_whole(monkeypatch):
         kind, values, on_error))
     store, dead, b = RefusingStore(), Dead(), batch()
     sink = FactSink(store, dead)
-    assert sink.write(messages(b)) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2,
+    assert sink.write(messages(b)) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2, "models": 0,
         "health": 0, "health_incidents": 0}
     assert calls == [k for k in FACT_KINDS if getattr(b, k)] and store.writes == 1 and dead == []  # kinds present
     assert stored(store) == expected(b)
-    assert sink.write(messages(b)) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2,
+    assert sink.write(messages(b)) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2, "models": 0,
         "health": 0, "health_incidents": 0}  # idempotent
     assert stored(store) == expected(b)
 
@@ -131,7 +131,7 @@ def test_values_that_are_not_facts_are_dead_lettered_with_the_reason_and_the_res
     msgs = good[:5] + junk[:3] + good[5:] + junk[3:]
     store, dead = RefusingStore(), Dead()
     sink = FactSink(store, dead)
-    assert sink.write(msgs) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2,
+    assert sink.write(msgs) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2, "models": 0,
         "health": 0, "health_incidents": 0}
     assert stored(store) == expected(b)
     assert sink.undecodable == 6 and sink.refused == 0
@@ -152,7 +152,7 @@ def test_a_row_the_store_refuses_for_good_is_dead_lettered_alone_as_it_came_in()
     raw = dict((f.fact_id, v) for f, (_, v) in zip([*b.capacity, *b.utilization, *b.requests, *b.demand], msgs))
     store, dead = RefusingStore(bad={"u7", "d1"}), Dead()
     sink = FactSink(store, dead)
-    assert sink.write(msgs) == {"capacity": 3, "utilization": 15, "requests": 2, "demand": 1,
+    assert sink.write(msgs) == {"capacity": 3, "utilization": 15, "requests": 2, "demand": 1, "models": 0,
         "health": 0, "health_incidents": 0}
     assert stored(store) == expected(b, drop={"u7", "d1"})
     assert sorted(dead) == [
@@ -196,7 +196,7 @@ def test_a_store_that_is_down_fails_the_write_and_the_retry_writes_everything():
         sink.write(messages(b))
     assert info.value.transient and memory.utilization == {} and dead == []
     clock[0] = 10.0
-    assert sink.write(messages(b)) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2,
+    assert sink.write(messages(b)) == {"capacity": 3, "utilization": 16, "requests": 2, "demand": 2, "models": 0,
         "health": 0, "health_incidents": 0}
     assert stored(memory) == expected(b)
 
@@ -210,7 +210,7 @@ def test_a_request_event_contradicting_a_recorded_request_is_dead_lettered_not_w
                                  src_offset=original.src_offset + 500)
     again = dataclasses.replace(original, src_offset=original.src_offset + 900)  # resent, same content
     assert sink.write([("requests", encode_fact("requests", forged)), ("requests", encode_fact("requests", again))]) == {
-        "capacity": 0, "utilization": 0, "requests": 1, "demand": 0,
+        "capacity": 0, "utilization": 0, "requests": 1, "demand": 0, "models": 0,
         "health": 0, "health_incidents": 0}
     assert store.requests[original.fact_id] == original and sink.conflicts == 1
     ((source, reason, raw),) = dead
