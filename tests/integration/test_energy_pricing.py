@@ -73,7 +73,9 @@ def _facts() -> FactBatch:
         else:
             utils.append(_util("GPU-X", "GPU-X", t, STEP, 400.0, "x-idle"))
         utils += [_util("GPU-M", "GPU-M", t, STEP, 350.0),  # parent series: power, attributed to nobody
-                  _util("GPU-M", "MIG-1", t, STEP, None, "m-beta")]
+                  # the instance's own series: no power in dcgm-exporter's output; a value here (the
+                  # demo writes one) must not count: the parent's power is the GPU's
+                  _util("GPU-M", "MIG-1", t, STEP, None if t % (2 * STEP) else 999.0, "m-beta")]
         utils += [_util("GPU-T", f"GPU-T::{k}", t, STEP, 280.0, "t-gamma-0" if k == 0 else "t-gamma-1" if k == 1 else "")
                   for k in range(4)]
         utils.append(_util("GPU-I", "GPU-I", t, STEP, 70.0, "i-idle"))
