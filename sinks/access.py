@@ -60,7 +60,9 @@ POLICY_TABLES = TENANT_FACT_TABLES + tuple(SHARED_TABLE_FILTERS)
 # What the shared tenants role alone reads of each table it may select: no fact (a tenant's
 # rows come from its own role's policy, ORed in), the rate cards.
 SHARED_ROLE_FILTERS = {**{t: "0" for t in TENANT_FACT_TABLES}, **SHARED_TABLE_FILTERS}
-ANALYST_TABLES = POLICY_TABLES + ("inventory_gpus", "inventory_unavailable", "capacity_forecasts", "model_facts")
+# Fleet-wide tables without a tenant column: analysts and finance read them, tenants do not.
+ANALYST_TABLES = POLICY_TABLES + ("inventory_gpus", "inventory_unavailable", "capacity_forecasts", "model_facts",
+                                  "gpu_health_facts", "gpu_health_incidents")
 FINANCE_TABLES = ANALYST_TABLES + ("ledger_documents", "ledger_prepared")
 WRITER_ONLY_TABLES = ("processor_checkpoints",)
 WRITER_PRIVILEGES = ("SELECT", "INSERT", "CREATE DATABASE", "CREATE TABLE", "ALTER ADD COLUMN")

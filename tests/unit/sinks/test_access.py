@@ -9,6 +9,7 @@ import pytest
 from gpuledger.sinks import access
 from gpuledger.sinks.access import (ANALYST_TABLES, FINANCE_TABLES, POLICY_TABLES, TENANT_FACT_TABLES,
                                     WRITER_ONLY_TABLES, AccessModel, access_statements, render_sql)
+from gpuledger.sinks.health_sql import health_ddl_statements
 from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS,
                                        ddl_statements)
 
@@ -87,7 +88,7 @@ def test_every_reader_of_a_policied_table_holds_a_policy_on_it():
 
 
 def test_every_table_of_the_schema_is_decided_and_the_fact_tables_carry_tenant_id():
-    created = {m.group(1) for s in ddl_statements("gpuledger")
+    created = {m.group(1) for s in ddl_statements("gpuledger") + health_ddl_statements("gpuledger")
                if (m := re.search(r"TABLE IF NOT EXISTS gpuledger\.(\w+)", s))}
     assert created == set(FINANCE_TABLES) | set(WRITER_ONLY_TABLES)
     for columns in (CAPACITY_COLUMNS, UTILIZATION_COLUMNS, REQUEST_COLUMNS, DEMAND_COLUMNS):
