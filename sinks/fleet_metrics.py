@@ -12,6 +12,8 @@ the window (GPU-ms / window ms).
 - ``gpuledger_fleet_allocated_gpus`` / ``gpuledger_fleet_idle_allocated_gpus`` /
   ``gpuledger_fleet_unknown_activity_gpus{cluster_id, tenant_id}``: held by a tenant; of which
   by holdings whose mean SM-active ratio was below the idle threshold; of which without samples.
+- ``gpuledger_fleet_idle_allocated_node_gpus{cluster_id, tenant_id, node}``: the idle part per
+  node (AllocatedButIdle is per node, so a node's health incident can inhibit it).
 - ``gpuledger_fleet_gpus_without_telemetry{cluster_id, node}``: GPUs in service with no DCGM
   sample in the window while other GPUs of their node reported (a device problem: fallen off
   the bus, DCGM cannot read it); ``gpuledger_fleet_nodes_without_telemetry{cluster_id}``: nodes
@@ -64,6 +66,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpuledger_fleet_allocated_gpus": ("GPU-equivalents allocated to a tenant.", _T),
     "gpuledger_fleet_idle_allocated_gpus": ("GPU-equivalents held by holdings whose mean SM-active was below the "
                                             "idle threshold.", _T),
+    "gpuledger_fleet_idle_allocated_node_gpus": ("Idle GPU-equivalents held, per tenant and node (what a node's "
+                                                 "failure can explain).", ("cluster_id", "tenant_id", "node")),
     "gpuledger_fleet_unknown_activity_gpus": ("GPU-equivalents allocated with no DCGM sample (activity unknown).", _T),
     "gpuledger_fleet_gpus_without_telemetry": ("GPUs in service with no DCGM sample while their node's other GPUs "
                                                "reported.", ("cluster_id", "node")),
@@ -136,9 +140,10 @@ def read_fleet(reader: QueryPort, now_ms: int, window_ms: int = WINDOW_MS,
     out: Samples = {name: {} for name in FAMILIES}
     for cluster, reason, gpu_ms in reader.query(q.unattributed_sql(db), p)[1]:
         _add(out, "gpuledger_fleet_unattributed_gpus", (cluster, reason_class(reason)), gpu_ms / window_ms)
-    for cluster, tenant, held_ms, idle_ms, unknown_ms in reader.query(q.allocated_holdings_sql(db), p)[1]:
+    for cluster, tenant, node, held_ms, idle_ms, unknown_ms in reader.query(q.allocated_holdings_sql(db), p)[1]:
         _add(out, "gpuledger_fleet_allocated_gpus", (cluster, tenant), held_ms / window_ms)
         _add(out, "gpuledger_fleet_idle_allocated_gpus", (cluster, tenant), idle_ms / window_ms)
+        _add(out, "gpuledger_fleet_idle_allocated_node_gpus", (cluster, tenant, node), idle_ms / window_ms)
         _add(out, "gpuledger_fleet_unknown_activity_gpus", (cluster, tenant), unknown_ms / window_ms)
     dark_nodes: dict[str, float] = {}
     for cluster, node, dark, reporting in reader.query(q.dark_gpus_sql(db), p)[1]:

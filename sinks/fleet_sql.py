@@ -25,22 +25,23 @@ def unattributed_sql(db: str) -> str:
 
 
 def allocated_holdings_sql(db: str) -> str:
-    """Per tenant: GPU-ms held, and GPU-ms held by holdings (one pod or VM on one device over
-    the window) whose mean SM-active ratio over their DCGM samples is below ``%(idle)s``.
-    A holding without samples is telemetry-unknown, never idle: its GPU-ms are reported apart."""
-    return f"""SELECT cluster_id, tenant_id, sum(gpu_ms) AS held_ms,
+    """Per tenant and node: GPU-ms held, and GPU-ms held by holdings (one pod or VM on one
+    device over the window) whose mean SM-active ratio over their DCGM samples is below
+    ``%(idle)s``. A holding without samples is telemetry-unknown, never idle: its GPU-ms are
+    reported apart."""
+    return f"""SELECT cluster_id, tenant_id, node, sum(gpu_ms) AS held_ms,
             sumIf(gpu_ms, span_ms > 0 AND active_ms < %(idle)s * span_ms) AS idle_ms,
             sumIf(gpu_ms, span_ms = 0) AS unknown_ms
         FROM (
-            SELECT c.cluster_id AS cluster_id, c.tenant_id AS tenant_id, c.pod_uid AS pod_uid,
+            SELECT c.cluster_id AS cluster_id, c.tenant_id AS tenant_id, c.node AS node, c.pod_uid AS pod_uid,
                    c.device_id AS device_id, sum(c.gpu_ms) AS gpu_ms, sum(u.span) AS span_ms,
                    sum(u.act) AS active_ms
-            FROM (SELECT fact_id, cluster_id, tenant_id, pod_uid, device_id, {CLIPPED_GPU_MS} AS gpu_ms
+            FROM (SELECT fact_id, cluster_id, tenant_id, node, pod_uid, device_id, {CLIPPED_GPU_MS} AS gpu_ms
                   FROM {db}.capacity_facts FINAL
                   WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
             LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
-            GROUP BY cluster_id, tenant_id, pod_uid, device_id)
-        GROUP BY cluster_id, tenant_id ORDER BY cluster_id, tenant_id"""
+            GROUP BY cluster_id, tenant_id, node, pod_uid, device_id)
+        GROUP BY cluster_id, tenant_id, node ORDER BY cluster_id, tenant_id, node"""
 
 
 def dark_gpus_sql(db: str) -> str:

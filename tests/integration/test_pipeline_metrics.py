@@ -198,6 +198,7 @@ FLEET_AT_60_MIN = {
     "gpuledger_fleet_unattributed_gpus": {(C, "namespace_without_tenant"): 1.0},
     "gpuledger_fleet_allocated_gpus": {(C, "alpha"): 4.0, (C, "beta"): 2.0},
     "gpuledger_fleet_idle_allocated_gpus": {(C, "alpha"): 1.0, (C, "beta"): 0.0},
+    "gpuledger_fleet_idle_allocated_node_gpus": {(C, "alpha", "node-a"): 1.0, (C, "beta", "node-b"): 0.0},
     "gpuledger_fleet_unknown_activity_gpus": {(C, "alpha"): 1.0, (C, "beta"): 0.0},
     "gpuledger_fleet_gpus_without_telemetry": {(C, "node-a"): 1.0, (C, "node-b"): 0.0},
     "gpuledger_fleet_nodes_without_telemetry": {(C,): 0.0},
@@ -215,6 +216,9 @@ FLEET_AT_60_MIN = {
     "gpuledger_fleet_class_gpus": {(C, "H100-80GB"): 8.0},
     "gpuledger_fleet_class_lendable_gpus": {(C, "H100-80GB"): 4.0},
     "gpuledger_fleet_class_borrowed_gpus": {(C, "H100-80GB"): 5.0},
+    # no GPU in evidence outside the inventory or the reverse; the plan's scrapes carry no health fields
+    "gpuledger_fleet_inventory_mismatch_gpus": {},
+    "gpuledger_fleet_gpu_health_incidents": {},
 }
 
 

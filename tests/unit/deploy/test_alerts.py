@@ -168,3 +168,41 @@ def test_series_names_reads_promql():
     expr = ('sum by (job, topic) (rate(gpuledger_a_total{topic=~"x.y"}[10m])) / on (job) group_left '
             'sum(gpuledger_b) > 1e3 and time() - gpuledger_c offset 5m')
     assert series_names(expr) == {"gpuledger_a_total", "gpuledger_b", "gpuledger_c"}
+
+
+def _alert_labels(rule: dict) -> set[str] | None:
+    """The labels an alert carries: its static labels and what its expression keeps (the
+    outermost ``by (...)`` of each ``or`` branch, all of them); None when it keeps a raw
+    series' labels (not known here)."""
+    kept = None
+    for branch in re.split(r"\bor\b", rule["expr"]):
+        m = re.search(r"\b(?:sum|max|min|avg|count)\s+by\s*\(([^)]*)\)", branch)
+        if m is None:
+            continue
+        labels = {x.strip() for x in m.group(1).split(",") if x.strip()}
+        kept = labels if kept is None else kept & labels
+    return None if kept is None else kept | set(rule.get("labels", {}))
+
+
+def test_an_inhibition_with_equal_labels_only_targets_alerts_that_carry_them():
+    # Alertmanager skips a target missing an `equal` label: the rule would silently never apply.
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    by_name: dict[str, list[dict]] = {}
+    for r in rules():
+        by_name.setdefault(r["alert"], []).append(r)
+    checked = 0
+    for rule in config["inhibit_rules"]:
+        if not rule.get("equal"):
+            continue
+        for target in rule["target_matchers"]:
+            m = re.fullmatch(r'alertname(=~?)"([^"]+)"', target)
+            if m is None:
+                continue
+            for name in (m.group(2).split("|") if m.group(1) == "=~" else [m.group(2)]):
+                for r in by_name[name]:
+                    carried = _alert_labels(r)
+                    assert carried is None or set(rule["equal"]) <= carried, (
+                        f"{name} ({r['expr'][:60]}...) lacks {set(rule['equal']) - carried}: "
+                        f"the inhibition by {rule['source_matchers']} can never hold it back")
+                    checked += 1
+    assert checked >= 3
