@@ -7,8 +7,10 @@ changed demo never reads an older one's records.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,24 +42,29 @@ def run_demo(s: Settings, out: Path | None, hours: int, progress: Callable[[str]
     ds = demo_settings(s, plan)
     run = lambda argv: gpuledger(argv, ds)  # noqa: E731
     out = out or s.home / "demo-capture"
-    progress("demo [1/5]: starting the local stack")
+    progress("demo [1/6]: starting the local stack")
     if run(["stack", "up"]) != 0:
         return 1
     marker = out / ".ingested"
     stamp = f"{ds.topic_prefix} {ds.kafka_bootstrap}"
     if marker.exists() and marker.read_text() == stamp:
-        progress(f"demo [2/5]: capture {out} already generated and ingested; reusing it")
+        progress(f"demo [2/6]: capture {out} already generated and ingested; reusing it")
     else:
-        progress(f"demo [2/5]: generating a {hours} h capture of {len(plan.all_gpus())} GPUs on {len(plan.nodes)} "
+        progress(f"demo [2/6]: generating a {hours} h capture of {len(plan.all_gpus())} GPUs on {len(plan.nodes)} "
                  f"nodes: {len(plan.pods)} pods, {len(plan.vms)} VMs, {len(plan.requests)} requests")
         shutil.rmtree(out, ignore_errors=True)
         write_capture(plan, out, progress)
-        progress(f"demo [3/5]: ingesting the capture into topics {ds.topic_prefix}.*")
+        progress(f"demo [3/6]: ingesting the capture into topics {ds.topic_prefix}.*")
         if run(["ingest", str(out)]) != 0:
             return 1
         marker.write_text(stamp)
-    progress("demo [4/5]: processing until caught up")
+    progress("demo [4/6]: processing until caught up")
     if run(["process", "--until-caught-up"]) != 0:
         return 1
-    progress(f"demo [5/5]: showback (query it again: gpuledger --dsn {ds.effective_dsn()} showback --period 2026-10)")
+    progress("demo [5/6]: demand curves and headroom for the scheduler dashboard (gpuledger forecast --save; a "
+             "forecast needs 14 days of history, so the demo's hours show the curves only)")
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the showback report
+        if run(["forecast", "--save"]) != 0:
+            return 1
+    progress(f"demo [6/6]: showback (query it again: gpuledger --dsn {ds.effective_dsn()} showback --period 2026-10)")
     return run(["showback", "--from", DEMO_START, "--to", format_rfc3339(plan.end_ms)])

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.integration
 
 def test_demo_runs_end_to_end_and_prints_showback(stack):
     out = stack.run("demo", "--hours", "2", timeout=600)
-    assert "demo [5/5]: showback" in out.stderr
+    assert "demo [6/6]: showback" in out.stderr and "forecast: saved" in out.stderr
     assert "rejected (dead-lettered) lines: 0" in out.stdout  # the ingest summary
     table = out.stdout[out.stdout.index("showback "):]
     for tenant in ("finance", "research", "vision"):
