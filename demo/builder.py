@@ -13,6 +13,8 @@ from pathlib import Path
 
 import orjson
 
+from gpuledger.demo.health import FAMILIES as HEALTH_FAMILIES
+from gpuledger.demo.health import DeviceHealth, HealthSeries
 from gpuledger.domain.timeutil import format_rfc3339
 
 __all__ = ["CaptureWriter", "GpuSpec", "dcgm_exposition", "det_uuid", "namespace_object", "pod_object",
@@ -112,21 +114,25 @@ _FAMILIES = [
 ]
 
 
-def dcgm_exposition(node: str, readings: list[tuple]) -> str:
+def dcgm_exposition(node: str, readings: list[tuple], t_ms: int = 0, health: HealthSeries | None = None) -> str:
     """readings: (gpu, sm_active ratio, {"pod","namespace"} or {}[, (gpu_instance_id, profile)])
     -> exposition text. A MIG instance's series carry the parent's UUID plus GPU_I_ID and
-    GPU_I_PROFILE, as dcgm-exporter writes them."""
+    GPU_I_PROFILE, as dcgm-exporter writes them. With ``health``, the health and thermal
+    families follow on the same series when ``t_ms`` is due (demo/health.py: values at ``t_ms``)."""
     out = []
+    series = []
+    for gpu, sm, who, *instance in readings:
+        labels = (f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",device="nvidia{gpu.index}",'
+                  f'modelName="{gpu.model}",Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER}"')
+        if instance:
+            labels += f',GPU_I_PROFILE="{instance[0][1]}",GPU_I_ID="{instance[0][0]}"'
+        if who:
+            labels += f',container="main",namespace="{who["namespace"]}",pod="{who["pod"]}",pod_uid=""'
+        series.append((labels, gpu, sm, who, instance))
     for name, kind, help_text in _FAMILIES:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
-        for gpu, sm, who, *instance in readings:
-            labels = (f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",device="nvidia{gpu.index}",'
-                      f'modelName="{gpu.model}",Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER}"')
-            if instance:
-                labels += f',GPU_I_PROFILE="{instance[0][1]}",GPU_I_ID="{instance[0][0]}"'
-            if who:
-                labels += f',container="main",namespace="{who["namespace"]}",pod="{who["pod"]}",pod_uid=""'
+        for labels, _, sm, who, _ in series:
             value = {
                 "DCGM_FI_DEV_GPU_UTIL": f"{round(min(100.0, sm * 100 + 3 * (sm > 0)))}",
                 "DCGM_FI_DEV_FB_USED": f"{int(1024 + sm * 70000)}",
@@ -135,6 +141,17 @@ def dcgm_exposition(node: str, readings: list[tuple]) -> str:
                 "DCGM_FI_PROF_SM_ACTIVE": f"{sm:.6f}",
             }[name]
             out.append(f"{name}{{{labels}}} {value}")
+    if health is not None and health.due(t_ms):
+        load: dict[str, float] = {}
+        for _, gpu, sm, _, _ in series:
+            load[gpu.uuid] = max(load.get(gpu.uuid, 0.0), sm)
+        values = [(labels, health.values(DeviceHealth(gpu.uuid, load[gpu.uuid], int(1024 + sm * 70000),
+                                                      instance[0][1] if instance else "", gpu.model), t_ms))
+                  for labels, gpu, sm, _, instance in series]
+        for name, kind, help_text in HEALTH_FAMILIES:
+            out.append(f"# HELP {name} {help_text}")
+            out.append(f"# TYPE {name} {kind}")
+            out += [f"{name}{{{labels}}} {v[name]}" for labels, v in values]
     return "\n".join(out) + "\n"
 
 
@@ -186,9 +203,10 @@ class CaptureWriter:
         self.line("podresources.jsonl", {"observed_at": format_rfc3339(t_ms), "node": node,
                                          "response": podresources_response(holders)})
 
-    def scrape(self, t_ms: int, node: str, readings: list[tuple[GpuSpec, float, dict]]) -> None:
+    def scrape(self, t_ms: int, node: str, readings: list[tuple[GpuSpec, float, dict]],
+               health: HealthSeries | None = None) -> None:
         self.line("dcgm.jsonl", {"observed_at": format_rfc3339(t_ms), "node": node,
-                                 "exposition": dcgm_exposition(node, readings)})
+                                 "exposition": dcgm_exposition(node, readings, t_ms, health)})
 
     def vgpu_snapshot(self, t_ms: int, host: str, vgpus: list[dict]) -> None:
         self.line("vgpu.jsonl", {"observed_at": format_rfc3339(t_ms), "host": host, "vgpus": vgpus})

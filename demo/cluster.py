@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuledger.demo.builder import CaptureWriter, GpuSpec, namespace_object, pod_object
+from gpuledger.demo.health import HealthSeries
 from gpuledger.demo.model_metrics import model_scrape_lines
 from gpuledger.domain.timeutil import format_rfc3339
 
@@ -145,6 +146,7 @@ class ClusterPlan:
     ratecards: list[dict] = field(default_factory=list)
     quotas: list[dict] = field(default_factory=list)
     endpoints: list[dict] | None = None  # endpoints.json; None: each labelled pod's endpoint, declared for it
+    health: HealthSeries | None = None  # the scrapes' health and thermal series (demo/health.py); None: none
 
     def endpoint_declarations(self) -> list[dict]:
         """The endpoints document: as given, else one declaration per endpoint its serving pods
@@ -275,11 +277,11 @@ def write_capture(plan: ClusterPlan, root: Path, progress: Callable[[str], None]
                 if any(u == g.uuid and a <= t < b for u, a, b in plan.telemetry_gaps):
                     continue
                 readings += _readings(plan, by_node[node], g, t)
-            w.scrape(t, node, readings)
+            w.scrape(t, node, readings, plan.health)
         for vm in plan.vms:  # dcgm-exporter inside each VM sees its vGPU, "GRID <profile>"
             if vm.start_ms <= t < vm.end_ms:
                 guest = GpuSpec(vm.vgpu_uuid, vm.vm_name, 0, f"GRID {vm.profile}", vm.physical.gpu_class)
-                w.scrape(t, vm.vm_name, [(guest, vm.sm_active, {})])
+                w.scrape(t, vm.vm_name, [(guest, vm.sm_active, {})], plan.health)
     for t in range(plan.start_ms, plan.end_ms + 1, plan.snapshot_every_ms) if plan.vms else ():
         for host in sorted({vm.host for vm in plan.vms}):
             w.vgpu_snapshot(t, host, [

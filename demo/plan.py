@@ -4,7 +4,8 @@ It has what real clusters have: pods coming and going in groups of 1-8 GPUs, a p
 reused by another tenant (namespace deleted and re-created), a namespace changing owner
 mid-day, a telemetry gap, a GPU in maintenance, a GPU never allocated; two MIG GPUs (one
 re-partitioned at noon), two time-sliced GPUs with 4 replicas each, VMs on vGPUs (one
-re-assigned to another owner), and a shared chat endpoint called by four tenants.
+re-assigned to another owner), a shared chat endpoint called by four tenants, and DCGM health
+series with a thermal slowdown, a double-bit ECC error and an XID 79 (``_health``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import replace
 
 from gpuledger.demo.builder import GpuSpec, det_uuid, gpu_uuid
 from gpuledger.demo.cluster import ClusterPlan, MigLayout, NamespacePlan, PodPlan, SharedGpu, VmPlan
+from gpuledger.demo.health import SW_POWER_CAP, SW_THERMAL, HealthFault, HealthSeries
 from gpuledger.domain.timeutil import format_rfc3339
 
 __all__ = ["TENANTS", "demo_plan"]
@@ -129,6 +131,27 @@ def _queued(pods: list[PodPlan], start_ms: int, rng: random.Random) -> list[PodP
     return out
 
 
+def _health(start_ms: int, nodes: dict[str, list[GpuSpec]]) -> HealthSeries:
+    """The scrapes' health series, with three faults at fixed times (no random draw):
+    gpu-node-3's GPU 7 slows down for heat for 4 minutes at 02:00 (a warning); gpu-node-4's
+    GPU 7, never allocated, takes a double-bit ECC error at 02:40 (its row goes to the
+    remapper: a reset is pending, a warning) and falls off the bus at 03:00 (XID 79), PCIe
+    replays climbing in the 20 minutes before; the DBE and the XID are critical."""
+    hot, bad = nodes["gpu-node-3"][7].uuid, nodes["gpu-node-4"][7].uuid
+    heat, dbe, xid = start_ms + 2 * H, start_ms + 2 * H + 40 * M, start_ms + 3 * H
+    return HealthSeries(start_ms - 6 * H, (
+        HealthFault(hot, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", SW_THERMAL | SW_POWER_CAP, heat, heat + 4 * M),
+        HealthFault(hot, "DCGM_FI_DEV_GPU_TEMP", 88, heat, heat + 4 * M),
+        HealthFault(hot, "DCGM_FI_DEV_MEMORY_TEMP", 95, heat, heat + 4 * M),
+        HealthFault(bad, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1, dbe),
+        HealthFault(bad, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1, dbe),
+        HealthFault(bad, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1, dbe),
+        HealthFault(bad, "DCGM_FI_DEV_XID_ERRORS", 79, xid),
+        HealthFault(bad, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 57, xid - 5 * M),
+        HealthFault(bad, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 12, xid - 20 * M),
+    ))
+
+
 def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
     end_ms = start_ms + hours * H
     b = _Builder(start_ms, end_ms, seed)
@@ -189,6 +212,7 @@ def demo_plan(start_ms: int, hours: int = 24, seed: int = 7) -> ClusterPlan:
            vm(4, a100[1], "A100-4C", ((start_ms, "vision"),), _round(start_ms + 6 * H), end_ms)]
     return ClusterPlan(
         start_ms=start_ms, end_ms=end_ms, nodes={**nodes, "vgpu-host-1": a100}, namespaces=_namespaces(start_ms, hours),
+        health=_health(start_ms, nodes),
         pods=b.pods,
         telemetry_gaps=[(nodes["gpu-node-2"][1].uuid, start_ms + 5 * H, start_ms + 5 * H + 45 * M)],
         unavailable=[(n4[6].uuid, start_ms + 16 * H, start_ms + 18 * H, "maintenance")],
