@@ -30,6 +30,7 @@ from gpuledger.domain.ledger import billing_policy, content_hash
 from gpuledger.domain.suspense import billing_classes
 from gpuledger.ledger.close import build_document
 from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.sinks.health_sql import health_ddl_statements
 from gpuledger.sinks.ledger_store import ClickHouseLedger
 from gpuledger.sinks.progress import job_checkpoint
 from gpuledger.sinks.schema_sql import ddl_statements
@@ -67,7 +68,8 @@ def check_shadow_name(name: str) -> None:
 
 def check_shadow_droppable(shadow: ClickHouseStore) -> None:
     """Refuse to drop a database that holds anything a replay did not put there."""
-    ours = {stmt.split(f"{shadow.db}.", 1)[1].split()[0] for stmt in ddl_statements(shadow.db) if f"{shadow.db}." in stmt}
+    ddl = ddl_statements(shadow.db) + health_ddl_statements(shadow.db)  # what ensure_schema creates
+    ours = {stmt.split(f"{shadow.db}.", 1)[1].split()[0] for stmt in ddl if f"{shadow.db}." in stmt}
     _, rows = shadow.query("SELECT name FROM system.tables WHERE database = %(d)s", {"d": shadow.db})
     foreign = sorted({r[0] for r in rows} - ours)
     if foreign:
