@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
-__all__ = ["UsageError", "progress", "wall_ms"]
+import orjson
+
+__all__ = ["UsageError", "emit", "progress", "wall_ms"]
 
 
 class UsageError(ValueError):
@@ -18,3 +21,13 @@ def progress(message: str) -> None:
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def emit(fmt: str, document: object, csv: Callable[[], str], table: Callable[[], str]) -> None:
+    """A command's result on stdout: ``json`` (the document, indented), ``csv`` or a table."""
+    if fmt == "json":
+        print(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+    elif fmt == "csv":
+        sys.stdout.write(csv())
+    else:
+        print(table())

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 
-import orjson
-
-from gpuledger.cli.common import UsageError, progress
+from gpuledger.cli.common import UsageError, emit, progress
 from gpuledger.config import Settings
 
 __all__ = ["add_parsers", "render_csv", "render_table"]
@@ -107,12 +104,7 @@ def cmd_forecast(s: Settings, args) -> int:
     if args.save:
         n = write_forecast_rows(reader, as_of, rows)
         progress(f"forecast: saved {n} rows to {reader.db}.capacity_forecasts (as of {doc['as_of']})")
-    if args.format == "json":
-        print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    elif args.format == "csv":
-        sys.stdout.write(render_csv(rows))
-    else:
-        print(render_table(doc))
+    emit(args.format, doc, lambda: render_csv(rows), lambda: render_table(doc))
     return 0
 
 

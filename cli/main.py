@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from gpuledger.cli.common import UsageError, progress, wall_ms as _wall_ms
+from gpuledger.cli.common import UsageError, emit, progress, wall_ms as _wall_ms
 from gpuledger.cli.produce import UsageError as ProduceUsageError
 from gpuledger.config import Settings, load_settings
 from gpuledger.domain.timeutil import parse_rfc3339_ms
@@ -171,12 +171,7 @@ def cmd_showback(s: Settings, args) -> int:
     bill = billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown)
     doc = build_showback(read_showback_rows(open_reader(s.home, s.effective_dsn()), from_ms, to_ms, bill),
                          args.tenant)
-    if args.format == "json":
-        print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    elif args.format == "csv":
-        sys.stdout.write(render_csv(doc))
-    else:
-        print(render_table(doc))
+    emit(args.format, doc, lambda: render_csv(doc), lambda: render_table(doc))
     return 0
 
 

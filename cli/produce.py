@@ -136,12 +136,10 @@ def _clock(s: Settings, node: str, metrics: list, topics):
     from gpuledger.bus.security import client_config
     from gpuledger.producers.clock import BrokerClock, local_ms
 
-    host_ms = local_ms
-    if s.failpoint_clock_skew_s:
-        skew_ms = int(round(s.failpoint_clock_skew_s * 1000))
+    skew_ms = int(round(s.failpoint_clock_skew_s * 1000)) if s.failpoint_clock_skew_s else 0
 
-        def host_ms() -> int:
-            return local_ms() + skew_ms
+    def host_ms() -> int:
+        return local_ms() + skew_ms
     if not s.clock_sync:
         return None, host_ms
 

@@ -22,15 +22,10 @@ snapshot, and a missed tick is not fetched later.
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Callable
-
 from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.domain.timeutil import format_rfc3339
-from gpuledger.producers.lines import LineSink
-from gpuledger.producers.runtime import ProducerMetrics, StateFile, poll_on_grid
-from gpuledger.producers.scrape_http import ScrapeError, fetch_text
+from gpuledger.producers.grid_scrape import GridScrapeProducer
+from gpuledger.producers.runtime import ProducerMetrics, StateFile
 
 __all__ = ["DcgmScrapeProducer", "check_exposition"]
 
@@ -51,55 +46,20 @@ def check_exposition(text: str) -> str | None:
     return None
 
 
-class DcgmScrapeProducer:
+class DcgmScrapeProducer(GridScrapeProducer):
     """One node's dcgm-exporter, scraped at every grid tick into ``dcgm.jsonl``."""
 
-    source = "dcgm"
+    source, FILE, what, kind = "dcgm", FILE, "dcgm-exporter's /metrics", "dcgm-exporter"
 
     def __init__(self, url: str, node: str, interval_s: float, metrics: ProducerMetrics,
                  timeout_s: float = 5.0, state: StateFile | None = None) -> None:
         if not node:
             raise ValueError("node is empty: name the node this dcgm-exporter runs on")
-        self.url, self.node, self.interval_s, self.timeout_s = url, node, interval_s, timeout_s
-        self.metrics = metrics
-        self._last_problem: str | None = None
+        super().__init__(url, interval_s, metrics, timeout_s)
+        self.node = node
 
-    def run(self, sink: LineSink, stop: threading.Event, now_ms: Callable[[], int]) -> None:
-        """Scrape at each grid tick until ``stop`` is set. Never raises for a failed scrape."""
-        poll_on_grid(lambda tick_ms: self.scrape(sink, tick_ms, now_ms), self.interval_s, now_ms, stop)
+    def check(self, text: str) -> str | None:
+        return check_exposition(text)
 
-    def scrape(self, sink: LineSink, tick_ms: int, now_ms: Callable[[], int]) -> bool:
-        """One scrape stamped ``tick_ms``: put and flush its line. Returns whether it was published."""
-        try:
-            text = fetch_text(self.url, self.timeout_s, "dcgm-exporter's /metrics")
-            problem = check_exposition(text)
-            if problem is not None:
-                raise ScrapeError("unparseable", f"{self.url} answered a body that is not a dcgm-exporter scrape "
-                                                 f"({problem}); not published: check that the URL is "
-                                                 "dcgm-exporter's /metrics")
-        except ScrapeError as exc:
-            self._problem(exc.reason, str(exc))
-            return False
-        try:
-            sink.put(FILE, {"observed_at": format_rfc3339(tick_ms), "node": self.node, "exposition": text})
-            sink.flush()
-        except Exception as exc:  # the sink (the broker) failed: this tick is lost, the next one retries
-            self._problem("sink", f"dcgm scrape of {self.url} at {format_rfc3339(tick_ms)} not delivered "
-                                  f"({type(exc).__name__}: {exc}): check the broker")
-            return False
-        self.metrics.sent(FILE)
-        self.metrics.observed(tick_ms, now_ms())
-        if self._last_problem is not None:
-            _say(f"dcgm: {self.url} scraped again")
-            self._last_problem = None
-        return True
-
-    def _problem(self, reason: str, message: str) -> None:
-        self.metrics.error(reason)
-        if message != self._last_problem:  # said once per distinct problem, not at every tick
-            _say(f"dcgm: {message}")
-            self._last_problem = message
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    def line(self, tick_ms: int, text: str) -> dict:
+        return {"observed_at": format_rfc3339(tick_ms), "node": self.node, "exposition": text}

@@ -14,15 +14,10 @@ the next tick; the loop never stops on them.
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Callable
-
 from gpuledger.domain.model_metrics import parse_model_metrics
 from gpuledger.domain.timeutil import format_rfc3339
-from gpuledger.producers.lines import LineSink
-from gpuledger.producers.runtime import ProducerMetrics, poll_on_grid
-from gpuledger.producers.scrape_http import ScrapeError, fetch_text
+from gpuledger.producers.grid_scrape import GridScrapeProducer
+from gpuledger.producers.runtime import ProducerMetrics
 
 __all__ = ["ModelScrapeProducer", "check_model_exposition"]
 
@@ -41,10 +36,10 @@ def check_model_exposition(text: str, runtime: str = "") -> str | None:
     return None
 
 
-class ModelScrapeProducer:
+class ModelScrapeProducer(GridScrapeProducer):
     """One model server's ``/metrics``, scraped at every grid tick into ``model-metrics.jsonl``."""
 
-    source = "model-metrics"
+    source, FILE, what, kind = "model-metrics", FILE, "the model server's /metrics", "model server"
 
     def __init__(self, url: str, endpoint_id: str, interval_s: float, metrics: ProducerMetrics, runtime: str = "",
                  pod: str = "", revision: str = "", timeout_s: float = 5.0) -> None:
@@ -52,43 +47,12 @@ class ModelScrapeProducer:
             raise ValueError("endpoint_id is empty: name the endpoint this model server serves")
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be vllm, triton or nim (or empty), got {runtime!r}")
-        self.url, self.endpoint_id, self.interval_s, self.timeout_s = url, endpoint_id, interval_s, timeout_s
-        self.runtime, self.pod, self.revision, self.metrics = runtime, pod, revision, metrics
-        self._last_problem: str | None = None
+        super().__init__(url, interval_s, metrics, timeout_s)
+        self.endpoint_id, self.runtime, self.pod, self.revision = endpoint_id, runtime, pod, revision
 
-    def run(self, sink: LineSink, stop: threading.Event, now_ms: Callable[[], int]) -> None:
-        poll_on_grid(lambda tick_ms: self.scrape(sink, tick_ms, now_ms), self.interval_s, now_ms, stop)
+    def check(self, text: str) -> str | None:
+        return check_model_exposition(text, self.runtime)
 
-    def scrape(self, sink: LineSink, tick_ms: int, now_ms: Callable[[], int]) -> bool:
-        """One scrape stamped ``tick_ms``: put and flush its line. Returns whether it was published."""
-        try:
-            text = fetch_text(self.url, self.timeout_s, "the model server's /metrics")
-            problem = check_model_exposition(text, self.runtime)
-            if problem is not None:
-                raise ScrapeError("unparseable", f"{self.url} answered a body that is not a model server scrape "
-                                                 f"({problem}); not published: check that the URL is the model "
-                                                 "server's /metrics")
-        except ScrapeError as exc:
-            self._problem(exc.reason, str(exc))
-            return False
-        line = {"observed_at": format_rfc3339(tick_ms), "endpoint_id": self.endpoint_id, "runtime": self.runtime,
+    def line(self, tick_ms: int, text: str) -> dict:
+        return {"observed_at": format_rfc3339(tick_ms), "endpoint_id": self.endpoint_id, "runtime": self.runtime,
                 "pod": self.pod, "revision": self.revision, "exposition": text}
-        try:
-            sink.put(FILE, line)
-            sink.flush()
-        except Exception as exc:  # the sink (the broker) failed: this tick is lost, the next one retries
-            self._problem("sink", f"model scrape of {self.url} at {format_rfc3339(tick_ms)} not delivered "
-                                  f"({type(exc).__name__}: {exc}): check the broker")
-            return False
-        self.metrics.sent(FILE)
-        self.metrics.observed(tick_ms, now_ms())
-        if self._last_problem is not None:
-            print(f"model-metrics: {self.url} scraped again", file=sys.stderr, flush=True)
-            self._last_problem = None
-        return True
-
-    def _problem(self, reason: str, message: str) -> None:
-        self.metrics.error(reason)
-        if message != self._last_problem:
-            print(f"model-metrics: {message}", file=sys.stderr, flush=True)
-            self._last_problem = message
