@@ -29,6 +29,7 @@ from gpuledger.demo.cluster import ClusterPlan, NamespacePlan, PodPlan, write_ca
 from gpuledger.demo.plan import demo_plan
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.sinks.health_sql import health_ddl_statements
 from gpuledger.sinks.schema_sql import ddl_statements
 from stack_support import REPO, Stack
 
@@ -315,7 +316,7 @@ def question(number: int) -> list[str]:
 
 def test_docs_document_every_table_and_their_columns():
     tables_part, questions = doc_sections()
-    ddl = {m.group(2): stmt for stmt in ddl_statements("gpuledger")
+    ddl = {m.group(2): stmt for stmt in ddl_statements("gpuledger") + health_ddl_statements("gpuledger")
            for m in [re.search(r"CREATE (TABLE|VIEW|MATERIALIZED VIEW|DICTIONARY) IF NOT EXISTS gpuledger\.(\w+)", stmt)]
            if m}
     assert "capacity_facts" in ddl and "ledger_documents" in ddl
