@@ -26,6 +26,7 @@ from gpuledger.domain.facts import SourcePos, built, fact_id
 __all__ = ["CLOCK_EVENT_BITS", "HEALTH_FIELDS", "GpuHealthFact", "health_facts", "parse_health"]
 
 _MIB = 1024 * 1024
+_INT64_LIMIT = float(2 ** 63)  # the facts' integer columns are Avro longs
 # exporter series -> (fact field, scale to the fact's unit, integer?)
 HEALTH_FIELDS: dict[str, tuple[str, float, bool]] = {
     "DCGM_FI_DEV_XID_ERRORS": ("xid_last", 1, True),
@@ -161,9 +162,12 @@ def parse_health(text: str) -> dict[_Device, dict[str, float | int]]:
         if device is None or _blank(value) or value < 0:
             continue
         field, scale, integer = spec
+        scaled = value * scale
+        if not math.isfinite(scaled) or (integer and scaled >= _INT64_LIMIT):
+            continue  # a hostile or corrupt value no counter reaches: not stored (it would not fit the fact)
         fields = out.setdefault(device, {})
         if field not in fields:
-            fields[field] = int(round(value * scale)) if integer else value * scale
+            fields[field] = int(round(scaled)) if integer else scaled
     return out
 
 

@@ -71,6 +71,15 @@ def _incidents(fold: HealthFold, *scrapes) -> list[tuple]:
     return [(i.observed_at_ms, i.kind, i.code, i.severity) for s in scrapes for i in fold.observe(s)]
 
 
+def test_a_value_no_counter_reaches_is_not_stored_and_the_rest_of_the_device_is():
+    # 10^13 MiB of framebuffer is 1.05e19 bytes: past the facts' 64-bit integers (a hostile scrape)
+    text = ('DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a"} 10000000000000\n'
+            'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-a"} 1024\n'
+            'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} inf\n')
+    (f,) = facts(text).values()
+    assert (f.fb_used_bytes, f.fb_free_bytes, f.gpu_temp_c) == (None, 1024 * MIB, None)
+
+
 def test_xid_incident_on_each_new_code_with_severity_by_class():
     fold = HealthFold()
     got = _incidents(fold, _scrape(0), _scrape(10, XID_ERRORS=13), _scrape(20, XID_ERRORS=13),
