@@ -252,15 +252,24 @@ def decode_facts(kind: str, values: Iterable[bytes], on_error: OnError | None = 
     return out
 
 
-def iter_encoded(batch: FactBatch) -> Iterator[tuple[str, bytes, bytes]]:
+def iter_encoded(batch: FactBatch, on_error: Callable[[str, object, FactCodecError], None] | None = None
+                 ) -> Iterator[tuple[str, bytes, bytes]]:
     """Every fact of ``batch`` as ``(kind, key, value)``, kinds in ``FACT_KINDS`` order: the key
     is the fact id (UTF-8), so a fact written again lands on the partition it landed on before.
-    One at a time: a producer hands each on before the next is encoded."""
+    One at a time: a producer hands each on before the next is encoded. A fact that cannot be
+    encoded raises, or with ``on_error`` is handed to it ``(kind, fact, error)`` and left out."""
     buf = io.BytesIO()
     for kind in FACT_KINDS:
         encode = _CODECS[kind].encode
         for f in getattr(batch, kind):
-            yield kind, f.fact_id.encode(), encode(f, buf)
+            try:
+                value = encode(f, buf)
+            except FactCodecError as exc:
+                if on_error is None:
+                    raise
+                on_error(kind, f, exc)
+                continue
+            yield kind, f.fact_id.encode(), value
 
 
 def encode_batch(batch: FactBatch) -> list[tuple[str, bytes, bytes]]:

@@ -204,7 +204,7 @@ class Worker:
     def _produce_facts(self) -> None:
         batch = self.engine.advance()
         facts = self.topics.facts
-        for kind, key, value in iter_encoded(batch):  # one at a time: the encoded batch is never held whole
+        for kind, key, value in iter_encoded(batch, self._unencodable):  # one at a time: never held whole
             self.out.produce(facts[kind].name, key, value)
         self.out.poll()
         counts = (len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand))
@@ -212,6 +212,13 @@ class Worker:
         self.metrics.flushed(*counts, self.engine.pending_samples(), 0.0)
         self.metrics.skipped(self.engine.take_series_skipped())
         self.engine.take_references()  # the sink reads the reference topic itself
+
+    def _unencodable(self, kind: str, fact, exc: Exception) -> None:
+        """A fact the wire cannot carry (a value no check before it caught): its source record is
+        dead-lettered by position, the rest of the batch goes on; stopping here would stop on it
+        again at every restart."""
+        where = f"{getattr(fact, 'src_topic', '?')}/{getattr(fact, 'src_partition', '?')}@{getattr(fact, 'src_offset', '?')}"
+        self.engine.dead_letter(where, f"{type(exc).__name__}: {kind} fact not encodable: {exc}", b"")
 
     def _flush(self) -> None:
         self.out.flush()

@@ -311,3 +311,16 @@ def test_the_coverage_check_catches_each_kind_of_mismatch():
         "Fact.name: not nullable in the dataclass, nullable in the schema",
         "Fact.added: no such field in schema F",
         "F.dropped: in the schema, not in Fact"]
+
+
+def test_an_unencodable_fact_is_handed_over_and_the_rest_of_the_batch_goes_on():
+    from gpuledger.streams.fact_codec import iter_encoded
+
+    bad = utilization(fact_id="bad", fb_used_bytes=2 ** 64, src_offset=99)
+    batch = FactBatch(capacity=[capacity()], utilization=[utilization(), bad])
+    with pytest.raises(FactCodecError, match="fb_used_bytes"):
+        list(iter_encoded(batch))  # without a handler: the error, as before
+    refused = []
+    out = list(iter_encoded(batch, lambda kind, fact, exc: refused.append((kind, fact.fact_id, fact.src_offset))))
+    assert [k for k, _, _ in out] == ["capacity", "utilization"] and b"bad" not in [key for _, key, _ in out]
+    assert refused == [("utilization", "bad", 99)]
