@@ -127,10 +127,11 @@ def prepare_period(reader: QueryPort, ledger: LedgerPort, checkpoint: Checkpoint
         return CloseResult(existing, True, [])
     closed = ledger.closed()
     doc, priced = build_document(reader, closed, checkpoint, period, progress, policy.bill_confidence)
-    doc["source_versions"] = source_versions(reader, edges, dcgm_topic, *period_window(period))
-    reasons = refusals(doc, priced, policy, period_window(period)[1])
+    from_ms, to_ms = period_window(period)
+    reasons = refusals(doc, priced, policy, to_ms)
     if reasons:
         return CloseResult(doc, False, reasons)
+    doc["source_versions"] = source_versions(reader, edges, dcgm_topic, from_ms, to_ms)  # read only for a close
     doc = prepare(doc, by, at_ms, [d for d in closed if d["period"] < period])
     ledger.prepare(period, doc["hash"], at_ms, doc)
     progress(f"close {period}: prepared by {doc['prepared']['by']}, {doc['hash']}")
