@@ -34,7 +34,7 @@ def test_the_real_exporter_scrape_names_its_driver_and_gpu_model():
     assert found == {"nvidia_driver": {"580.105.08"}, "gpu_model": {"NVIDIA H100 80GB HBM3"}}
 
 
-def test_a_mid_period_driver_upgrade_shows_both_versions_and_only_the_period_counts(tmp_path):
+def test_a_mid_period_driver_upgrade_shows_both_versions_and_only_the_period_counts(broker, tmp_path):
     topic = f"gpltest-{uuid.uuid4().hex[:8]}.source.dcgm"
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
