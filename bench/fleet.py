@@ -181,15 +181,22 @@ def worker_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: f
     home.mkdir(parents=True)
     cmd = [*gpuledger, "process", "--until-caught-up", *(["--workers", str(n)] if with_flag else [])]
     run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
-    log_path = home / "process.log"
-    log(f"workers={n}: {' '.join(shlex.quote(c) for c in cmd)}  (GPULEDGER_HOME={home}, log {log_path})")
-    with log_path.open("wb") as out:
+    return {"workers": n, **timed_process(f"workers={n}", cmd, run_env, home / "process.log", timeout_s), "home": str(home)}
+
+
+def timed_process(label: str, cmd: list[str], run_env: dict, log_path: Path, timeout_s: float,
+                  stdout_path: Path | None = None) -> dict:
+    """Runs ``cmd`` in a session of its own (output to ``log_path``; stdout to ``stdout_path``
+    when given) until it exits or ``timeout_s`` passes: wall time, CPU time and peak RSS of
+    every process of the session."""
+    log(f"{label}: {' '.join(shlex.quote(c) for c in cmd)}  (log {log_path})")
+    with log_path.open("wb") as out, (stdout_path or log_path).open("ab") as stdout:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=run_env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, env=run_env, stdout=stdout if stdout_path else out, stderr=out,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     monitor = TreeMonitor(proc.pid, log_path)
     monitor.start()
-    killer = threading.Timer(timeout_s, lambda: (log(f"workers={n}: over {timeout_s:.0f} s; stopping it"),
+    killer = threading.Timer(timeout_s, lambda: (log(f"{label}: over {timeout_s:.0f} s; stopping it"),
                                                   os.killpg(proc.pid, signal.SIGTERM)))
     killer.start()
     try:
@@ -206,19 +213,19 @@ def worker_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: f
     monitor.join()
     left = monitor.poll()
     if left:  # processes of the run still alive after it exited: ours, ended by their group
-        log(f"workers={n}: {len(left)} process(es) left in the run's session after it exited; ending them")
+        log(f"{label}: {len(left)} process(es) left in the run's session after it exited; ending them")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
     cpu_s = max(usage.ru_utime + usage.ru_stime, sum(monitor.ticks.values()) / CLK_TCK)
     peak_kb = max([*monitor.hwm_kb.values(), usage.ru_maxrss])
     if proc.returncode != 0:
-        log(f"workers={n}: exited {proc.returncode}; last lines of {log_path}:\n"
+        log(f"{label}: exited {proc.returncode}; last lines of {log_path}:\n"
             + log_path.read_bytes()[-3000:].decode(errors="replace"))
-    return {"workers": n, "command": " ".join(cmd), "exit": proc.returncode, "wall_s": round(wall, 2),
+    return {"command": " ".join(cmd), "exit": proc.returncode, "wall_s": round(wall, 2),
             "cpu_s": round(cpu_s, 1), "cpu_pct": round(100 * cpu_s / wall), "processes": len(monitor.hwm_kb),
             "peak_rss_gib": round(peak_kb / 2**20, 2),
             "peak_rss_by_process": {f"{monitor.names.get(p, '?')}[{p}]": round(kb / 2**20, 2)
-                                    for p, kb in sorted(monitor.hwm_kb.items())}, "home": str(home)}
+                                    for p, kb in sorted(monitor.hwm_kb.items())}}
 
 
 def check_showback(gpuledger: list[str], env: dict, home: Path, truth: dict) -> dict:
@@ -260,6 +267,13 @@ def clear_prefix(admin: AdminClient, prefix: str, keep: set[str]) -> None:
         log(f"fleet: deleted {len(names)} topic(s) and {len(groups)} consumer group(s) under {prefix}")
 
 
+def same_facts(a: dict | None, b: dict | None) -> bool:
+    """The same facts (counts and digests after FINAL); rows stored twice are reported apart."""
+    def strip(d: dict | None) -> dict | None:
+        return {t: (v.get("facts"), v.get("digest")) for t, v in d.items()} if d and "error" not in d else None
+    return strip(a) is not None and strip(a) == strip(b)
+
+
 # -- the run -------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m gpuledger.bench.fleet", description=__doc__.split("\n\n")[0])
@@ -280,6 +294,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-raw", action="store_true", help="no raw loop")
     p.add_argument("--reuse", metavar="TRUTH_JSON", help="no generation: the topics a --keep-topics run left")
     p.add_argument("--worker-timeout-s", type=float, default=4 * 3600)
+    p.add_argument("--replay", default="", help="comma-separated replay process counts, after the worker runs")
+    p.add_argument("--live-minutes", type=float, default=0, help="then a live run this long: freshness p50/p99")
+    p.add_argument("--live-workers", type=int, default=2, help="workers of the live run")
     args = p.parse_args(argv)
     if not 0 <= args.jitter < 0.5:
         p.error("--jitter must be in [0, 0.5)")
@@ -359,6 +376,15 @@ def main(argv: list[str] | None = None) -> int:
                     run["facts"] = fact_digest(Path(run["home"]))
                     log(f"workers={n}: facts {run['facts']}")
                 runs.append(run)
+            from gpuledger.bench.fleet_runs import live_run, replay_runs
+            ks = [int(x) for x in args.replay.split(",") if x.strip()]
+            if ks and runs and runs[-1]["exit"] == 0:
+                results["replay"] = replay_runs(ks, gpuledger, env, Path(runs[-1]["home"]), truth["from"][:7],
+                                                args.worker_timeout_s)
+            if args.live_minutes:
+                results["live"] = live_run(args.live_workers, args.gpus, args.live_minutes, args.cadence_s,
+                                           args.pr_cadence_s or args.cadence_s, args.jitter, args.seed, s, client,
+                                           admin, gpuledger, env, out)
     finally:
         if not args.keep_topics:
             clear_prefix(admin, prefix, set())
@@ -374,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         if "facts" in r:  # fact for fact against the first run; rows stored twice by at-least-once delivery
             twice = sum(t["rows_stored"] - t["facts"] for t in r["facts"].values()) if "error" not in r["facts"] else "?"
-            r["check"]["facts"] = f"facts {'=' if r['facts'] == first else '≠'} first run, {twice} rows twice"
+            same = "=" if same_facts(r["facts"], first) else "≠"
+            r["check"]["facts"] = f"facts {same} first run, {twice} rows twice"
         rate = samples / r["wall_s"]
         ratio = f"{raw['samples_per_s'] / rate:.1f}x" if raw else "-"
         check = r.get("check", {})
@@ -385,8 +412,18 @@ def main(argv: list[str] | None = None) -> int:
                    f"{len(check['tenants_seen'])}/{len(truth['tenants'])} tenants; {check.get('facts', '')}")
         print(f"| {gpus} | {hours:g} | {samples} | {r['workers']} | {r['wall_s']} | {rate:.0f} | {ratio} "
               f"| {r['peak_rss_gib']} GiB ({r['processes']} proc.) | {r['cpu_pct']} % | {verdict} |")
+    for r in results.get("replay", []):
+        print(f"| {gpus} | {hours:g} | {samples} | replay K={r['replay_processes']} | {r['wall_s']} "
+              f"| {samples / r['wall_s']:.0f} | - | {r['peak_rss_gib']} GiB ({r['processes']} proc.) | {r['cpu_pct']} % | exit {r['exit']}, "
+              f"{r.get('records', '?')} records, hash {str(r.get('hash', '?'))[7:19]}, "
+              f"{'same for every K' if r['same_hash_as_every_k'] else 'DIFFERS'} |")
+    if live := results.get("live"):
+        print(f"\nLive, {live['gpus']} GPUs, {live['workers']} workers, {live['minutes']:g} min: freshness of "
+              f"{live['utilization_facts']} utilization facts p50 {live['p50_s']} s, p99 {live['p99_s']} s")
     print(f"\nResults: {out / 'results.json'}")
-    return 0 if all(r["exit"] == 0 and r.get("check", {}).get("ok") and r.get("facts") == first for r in runs) else 1
+    replays_ok = all(r["exit"] == 0 and r["same_hash_as_every_k"] for r in results.get("replay", []))
+    runs_ok = all(r["exit"] == 0 and r.get("check", {}).get("ok") and same_facts(r.get("facts"), first) for r in runs)
+    return 0 if replays_ok and runs_ok else 1
 
 
 if __name__ == "__main__":

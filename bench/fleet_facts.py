@@ -2,7 +2,8 @@
 worker counts can be compared fact for fact: ``python -m gpuledger.bench.fleet_facts HOME``
 prints JSON. Per fact table: the rows stored (before ``FINAL``: what at-least-once delivery
 wrote twice shows here), the facts (after ``FINAL``), and the sum of a hash of every fact's
-columns except its source position. Runs in its own process: one embedded engine per process."""
+columns except its source position (as text: a NULL in a
+Nullable column does not make the hash NULL). Runs in its own process: one embedded engine per process."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ __all__ = ["fact_digest"]
 
 TABLES = ("capacity_facts", "utilization_facts", "request_facts", "demand_facts")
 SQL = """SELECT (SELECT count() FROM {db}.{t}), count(), toString(sum(h)) FROM (
-           SELECT cityHash64(* EXCEPT (src_topic, src_partition, src_offset)) AS h FROM {db}.{t} FINAL)"""
+           SELECT cityHash64(toString(tuple(* EXCEPT (src_topic, src_partition, src_offset)))) AS h
+           FROM {db}.{t} FINAL)"""
 DEMAND_SQL = """SELECT (SELECT count() FROM {db}.{t}), count(), toString(sum(h)) FROM (
-           SELECT cityHash64(*) AS h FROM {db}.{t} FINAL)"""
+           SELECT cityHash64(toString(tuple(*))) AS h FROM {db}.{t} FINAL)"""
 
 
 def digest(dsn: str, database: str = "gpuledger") -> dict:

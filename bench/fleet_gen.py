@@ -222,18 +222,49 @@ def _watch_events(plan: FleetPlan) -> list[tuple[int, int, str, dict | None]]:
     return ev
 
 
-def publish_fleet(plan: FleetPlan, publisher, topics: Topics, progress: Callable[[str], None]) -> dict:
-    """Publish the whole fleet in time order; returns counts (records per topic, device samples, bytes)."""
+def fleet_references(plan: FleetPlan) -> dict[str, list[dict]]:
+    """A rate card and quotas from the period's start, so a replayed period has priced lines:
+    each tenant is guaranteed a twelfth of the fleet and borrows the rest it runs on."""
+    start = format_rfc3339(plan.start_ms)
+    gpu_class = next(iter(plan.nodes.values()))[0].gpu_class
+    per_tenant = max(1, sum(len(g) for g in plan.nodes.values()) // 12)
+    return {"ratecards": [{"version": "fleet-v1", "valid_from": start, "valid_to": None, "currency": "USD",
+                           "gpu_hour": {gpu_class: {"guaranteed": 2.50, "borrowed": 4.00}},
+                           "per_million_tokens": {"input": 0.50, "output": 1.50},
+                           "overhead": {"amount": 500.00, "rule": "proportional_to_allocation"}}],
+            "quotas": [{"tenant_id": t, "gpu_class": gpu_class, "guaranteed_gpus": per_tenant, "valid_from": start,
+                        "valid_to": None} for t in TENANTS]}
+
+
+def publish_fleet(plan: FleetPlan, publisher, topics: Topics, progress: Callable[[str], None],
+                  live: bool = False) -> dict:
+    """Publish the whole fleet in time order; returns counts (records per topic, device samples, bytes).
+    ``live``: each record of the period is published once the wall clock reaches its event time
+    (the plan should start now), as live producers would; nothing marks the end of a capture."""
     codecs = {t.name: Codec(t.schema) for t in (topics.dcgm, topics.podresources, topics.k8s, topics.reference)}
     counts = {"dcgm_records": 0, "podresources_records": 0, "watch_records": 0, "device_samples": 0, "dcgm_bytes": 0}
     cluster = plan.cluster_id
     now_ms = int(time.time() * 1000)
+    held: list[tuple[int, int, str, bytes, bytes, int | None]] = []  # live: (ts, n, topic, key, value, partition)
 
     def put(spec, key: str, record: dict, ts: int, partition: int | None = None) -> int:
-        record["ingested_at_ms"], record["cluster_id"] = now_ms, cluster
+        record["ingested_at_ms"], record["cluster_id"] = (max(now_ms, ts) if live else now_ms), cluster
         value = codecs[spec.name].encode(record)
-        publisher.publish(spec.name, key.encode(), value, ts, partition)
+        if live and ts >= plan.start_ms:
+            held.append((ts, len(held), spec.name, key.encode(), value, partition))
+        else:
+            publisher.publish(spec.name, key.encode(), value, ts, partition)
         return len(value)
+
+    def release() -> None:  # live: what the tick holds, each at its own time
+        for ts, _, topic, key, value, partition in sorted(held):
+            wait_s = ts / 1000 - time.time()
+            if wait_s > 0:
+                publisher.flush()
+                time.sleep(wait_s)
+            publisher.publish(topic, key, value, ts, partition)
+        held.clear()
+        publisher.flush()
 
     gpus = [{"gpu_uuid": g.uuid, "node": g.node, "model": g.model, "gpu_class": g.gpu_class,
              "valid_from": format_rfc3339(plan.start_ms), "valid_to": None, "mode": "exclusive"}
@@ -242,6 +273,11 @@ def publish_fleet(plan: FleetPlan, publisher, topics: Topics, progress: Callable
     ts = reference_time("inventory", raw)
     put(topics.reference, f"{cluster}/inventory", {"observed_at_ms": ts, "kind": "inventory",
                                                     "document_json": raw.decode()}, ts)
+    for kind, doc in fleet_references(plan).items():
+        raw = orjson.dumps(doc)
+        ts = reference_time(kind, raw)
+        put(topics.reference, f"{cluster}/{kind}", {"observed_at_ms": ts, "kind": kind, "document_json": raw.decode()},
+            ts)
     watch_partitions = publisher.partitions(topics.k8s.name)
     events, ev_next, rv = _watch_events(plan), 0, 1000
 
@@ -293,6 +329,8 @@ def publish_fleet(plan: FleetPlan, publisher, topics: Topics, progress: Callable
             counts["dcgm_bytes"] += put(topics.dcgm, node, {"observed_at_ms": t, "node": node, "exposition": text}, t)
             counts["dcgm_records"] += 1
             counts["device_samples"] += samples
+        if live:
+            release()
         if time.monotonic() - last_report >= 5.0:
             last_report, el = time.monotonic(), time.monotonic() - started
             done = (tick + cad - plan.start_ms) / span
@@ -300,6 +338,10 @@ def publish_fleet(plan: FleetPlan, publisher, topics: Topics, progress: Callable
                      f"({counts['device_samples']} device samples), {counts['podresources_records']} snapshots, "
                      f"{counts['watch_records']} watch records; {el:.0f} s, {counts['dcgm_records'] / el:.0f} "
                      f"scrapes/s, {counts['dcgm_bytes'] / el / 1e6:.1f} MB/s, ~{el / done - el:.0f} s to go")
+    if live:
+        release()
+        counts["seconds"] = round(time.monotonic() - started, 2)
+        return counts
     snapshots_until(plan.end_ms + 1)
     watch_until(plan.end_ms + 1)
     last = max(e[0] for e in events)

@@ -30,6 +30,7 @@ from gpuledger.domain.inventory import parse_inventory
 from gpuledger.schemas import Codec
 from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.fact_sink import FactSink
+from gpuledger.sinks.freshness import FreshnessHistogram
 from gpuledger.sinks.progress import progress_checkpoint
 from gpuledger.streams.engine import REFERENCE_PARSERS
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
@@ -68,7 +69,7 @@ class SinkLoop:
         self.consumer.subscribe(self.names)
         self.written = {"capacity": 0, "utilization": 0, "requests": 0, "demand": 0, "models": 0}
         self.positions: dict[str, int] = {}
-        self.freshness_ms: list[int] = []  # observed_at -> written, of utilization facts (live freshness)
+        self.freshness = FreshnessHistogram()  # observed_at -> stored, of utilization facts (sinks/freshness.py)
         self.wall_ms = lambda: int(time.time() * 1000)
 
     def step(self, timeout_s: float = 0.5) -> int:
@@ -125,6 +126,7 @@ class SinkLoop:
                 while time.monotonic() < end and not self.should_stop():
                     time.sleep(0.1)
                 delay = min(delay * 2, 5.0)
+        self.freshness.add(self.wall_ms(), self.facts.stored_observed_ms)
         if down_since is not None:
             self.progress(f"sink: ClickHouse back after {time.monotonic() - down_since:.0f}s; nothing lost")
         for kind, n in counts.items():

@@ -61,6 +61,7 @@ class FactSink:
         self.undecodable = 0  # values dead-lettered because they are not facts (over the sink's life)
         self.refused = 0  # rows dead-lettered because the store refused them for good
         self.conflicts = 0  # request events dead-lettered because they contradict a recorded request
+        self.stored_observed_ms: list[int] = []  # the last write's utilization facts: their samples' observed_at
 
     def write(self, messages: Iterable[tuple[str, bytes]]) -> dict[str, int]:
         """Decode and write ``messages``; returns the facts stored per kind (written now or
@@ -104,6 +105,7 @@ class FactSink:
         if any(decoded[k].facts for k in FACT_KINDS):
             batch = settle_batch(self.store, batch, conflict)
             write_isolating(self.store, batch, reject)
+        self.stored_observed_ms = [f.observed_at_ms for f in batch.utilization]
         return {k: len(decoded[k].facts) - refused[k] for k in FACT_KINDS}
 
     def _undecodable(self, source: str, reason: str, raw: bytes) -> None:

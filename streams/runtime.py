@@ -323,7 +323,8 @@ class Worker:
                     got += len(msgs)
                     del msgs  # the records' values are not held while facts are made
                 self.stats["records"] += got
-                self._produce_facts()
+                if self.assigned:  # unassigned, it holds no unit: facts made now would be another worker's too
+                    self._produce_facts()
                 got += self._pace()  # parked records taken now: their facts go out on the next pass or commit
                 now = time.monotonic()
                 if now - last_extents >= 5.0 and not self.job.until_caught_up and self.job.stop_offsets is None:

@@ -133,6 +133,7 @@ def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Ca
         progress(str(exc))
         return 1
     finally:
+        progress(sink.freshness.summary())
         sink.close()
 
 

@@ -14,6 +14,7 @@ from conftest import BOOTSTRAP, Stack, stop, wait_for
 from gpuledger.bus.offsets import read_extents
 from gpuledger.demo.cluster import write_capture
 from gpuledger.demo.varied import varied_plan, write_varied
+from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.query import WorkerQueryClient
 from plans import truth_plan
 
@@ -104,3 +105,21 @@ def test_two_workers_one_killed_and_restarted_equal_one_undisturbed_worker(broke
         stop(sink)
     two.run("process", "--until-caught-up")  # the sink writes what the fact topics still hold
     assert two.facts() == want
+
+
+def test_two_workers_write_every_fact_once_demand_facts_included(broker, tmp_path):
+    """A worker not yet (or no longer) assigned holds no unit and makes no fact: the demand facts
+    only unit 0 makes came out of both workers while the second waited for its assignment."""
+    plan = varied_plan(10, 20, jitter=0.1, hours=2, nodes=4, gpus_per_node=2, seed=5)
+    cap = write_varied(plan, tmp_path / "capture")
+    two = Stack(tmp_path / "two", f"t{uuid.uuid4().hex[:10]}")
+    two.run("ingest", str(cap))
+    two.run("process", "--until-caught-up", "--workers", "2")
+    store = ClickHouseStore(two.dsn)
+    try:
+        counts = {t: store.query(f"SELECT count(), uniqExact(fact_id) FROM gpuledger.{t}")[1][0]
+                  for t in ("capacity_facts", "utilization_facts", "demand_facts")}
+    finally:
+        store.close()
+    assert all(distinct > 0 for _, distinct in counts.values()), counts
+    assert {t: rows - distinct for t, (rows, distinct) in counts.items()} == dict.fromkeys(counts, 0)

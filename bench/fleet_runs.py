@@ -1,0 +1,113 @@
+"""The fleet bench's replay and live runs (``--replay K,..`` and ``--live-minutes M``).
+
+- **Replay**: ``gpuledger replay --period P --into fleet_replay_kK --processes K`` for each K,
+  in the home of the bench's last worker run (its store holds the main facts; the shadow
+  databases are new). Wall time, CPU and peak RSS per process, the records read, and the
+  ledger hash, which must be the same for every K.
+- **Live freshness**: fresh topics under their own prefix; ``gpuledger process --workers N``
+  runs live (no ``--until-caught-up``); the same generator then publishes a fleet whose period
+  starts now, each record once the wall clock reaches its event time, as live producers
+  would. After ``M`` minutes and a tail for the last windows to close, the process is stopped
+  and its sink's freshness line (sinks/freshness.py: every stored utilization fact's
+  ``observed_at -> stored``, p50 and p99) is read from its log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+
+from gpuledger.bench.fleet import TreeMonitor, clear_prefix, log, timed_process
+from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
+from gpuledger.bus.publisher import KafkaPublisher
+from gpuledger.bus.topics import Topics, ensure_topics
+
+__all__ = ["live_run", "replay_runs"]
+
+FRESHNESS = re.compile(r"sink: freshness of (\d+) utilization facts .*?p50 ([\d.]+) s, p99 ([\d.]+) s, "
+                       r"max (\S+ ?[\d.]*) s")
+
+
+def replay_runs(ks: list[int], gpuledger: list[str], env: dict, home: Path, period: str,
+                timeout_s: float) -> list[dict]:
+    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
+    runs = []
+    for k in ks:
+        out = home / f"replay-k{k}.json"
+        out.unlink(missing_ok=True)
+        cmd = [*gpuledger, "replay", "--period", period, "--into", f"fleet_replay_k{k}", "--processes", str(k)]
+        run = timed_process(f"replay K={k}", cmd, run_env, home / f"replay-k{k}.log", timeout_s, out)
+        run["replay_processes"] = k
+        if run["exit"] == 0:
+            doc = orjson.loads(out.read_bytes())
+            run.update(hash=doc["hash"], records=doc["records"], dead_lettered=doc["dead_lettered"],
+                       seconds_inside=doc["seconds"])
+        log(f"replay K={k}: {run}")
+        runs.append(run)
+    hashes = {r.get("hash") for r in runs}
+    for r in runs:
+        r["same_hash_as_every_k"] = len(hashes) == 1 and None not in hashes
+    return runs
+
+
+def live_run(n: int, gpus: int, minutes: float, cadence_s: float, pr_cadence_s: float, jitter: float, seed: int,
+             settings, client: dict, admin, gpuledger: list[str], env: dict, out: Path, tail_s: float = 150.0) -> dict:
+    prefix = f"live{gpus}g{int(time.time())}"
+    topics = Topics(prefix, settings.source_partitions, settings.audit_retention_days)
+    ensure_topics(settings.kafka_bootstrap, topics, client=client)
+    home = out / f"live-w{n}-{int(time.time())}"
+    home.mkdir(parents=True)
+    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}",
+               "GPULEDGER_TOPIC_PREFIX": prefix}
+    log_path = home / "process.log"
+    cmd = [*gpuledger, "process", "--workers", str(n)]
+    log(f"live: {' '.join(cmd)} on topics {prefix}.* (log {log_path})")
+    with log_path.open("wb") as sink_log:
+        proc = subprocess.Popen(cmd, env=run_env, stdout=sink_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    monitor = TreeMonitor(proc.pid, log_path)
+    monitor.start()
+    result: dict = {"workers": n, "gpus": gpus, "minutes": minutes, "cadence_s": cadence_s, "home": str(home),
+                    "topic_prefix": prefix}
+    try:
+        deadline = time.monotonic() + 180
+        while log_path.read_bytes().count(b"worker: holds units") < n:  # every worker joined the group
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"live: the process did not start its {n} worker(s); see {log_path}")
+            time.sleep(0.5)
+        start_ms = (int(time.time()) + 5) * 1000
+        plan = fleet_plan(gpus, minutes / 60, cadence_s, pr_cadence_s, jitter, 0.0, seed, start_ms)
+        log(f"live: publishing {gpus} GPUs in real time for {minutes:g} min from {start_ms}")
+        counts = publish_fleet(plan, KafkaPublisher(settings.kafka_bootstrap, client=client), topics, log, live=True)
+        result["published"] = counts
+        log(f"live: published; {tail_s:.0f} s for the last windows to close")
+        time.sleep(tail_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        monitor.done.set()
+        monitor.join()
+        clear_prefix(admin, prefix, set())
+    text = log_path.read_text(errors="replace")
+    found = FRESHNESS.findall(text)
+    if not found:
+        raise RuntimeError(f"live: no freshness line in {log_path}")
+    facts, p50, p99, worst = found[-1]
+    result.update(utilization_facts=int(facts), p50_s=float(p50), p99_s=float(p99), max_s=worst,
+                  peak_rss_by_process={f"{monitor.names.get(p, '?')}[{p}]": round(kb / 2**20, 2)
+                                       for p, kb in sorted(monitor.hwm_kb.items())})
+    log(f"live: {result}")
+    return result
+
+
