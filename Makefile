@@ -102,12 +102,15 @@ faults: setup
 bench: setup
 	$(BIN)/python -m gpuledger.bench
 
-# A generated fleet (nodes of 8 H100s, 10-s scrapes) through the raw loop and 1 and 2 workers;
+# A generated fleet (nodes of 8 H100s, 10-s scrapes) through the raw loop, 1 and 2 workers, replay
+# with 1 and 2 processes, then FLEET_LIVE_MIN minutes live for freshness (0: none);
 # FLEET_GPUS=1024 FLEET_HOURS=24 is the acceptance size (about an hour per worker run here).
 FLEET_GPUS ?= 1024
 FLEET_HOURS ?= 1
+FLEET_LIVE_MIN ?= 5
 bench-fleet: setup
-	$(BIN)/python -m gpuledger.bench.fleet --gpus $(FLEET_GPUS) --hours $(FLEET_HOURS) --cadence-s 10 --workers 1,2
+	$(BIN)/python -m gpuledger.bench.fleet --gpus $(FLEET_GPUS) --hours $(FLEET_HOURS) --cadence-s 10 --workers 1,2 \
+		--replay 1,2 --live-minutes $(FLEET_LIVE_MIN)
 
 # The secrets of the compose stack (docker-compose.yml requires every one): random values,
 # written once to .env with mode 0600 and never overwritten (.gitignore keeps it out of git).

@@ -6,6 +6,10 @@ ones in one overflow bucket; memory is fixed whatever the hours processed. Perce
 read off the buckets (the upper edge of the bucket the rank falls in), so they are exact to
 100 ms. A catch-up run measures how far behind the backlog was, not live freshness: read
 the numbers of a sink that runs live.
+
+The sink's metrics endpoint exports it as the Prometheus histogram
+``gpuledger_sink_fact_freshness_seconds`` (``FreshnessCollector``: read at scrape time, no
+per-fact observation).
 """
 
 from __future__ import annotations
@@ -13,11 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
-__all__ = ["FreshnessHistogram"]
+__all__ = ["FreshnessCollector", "FreshnessHistogram"]
 
 BUCKET_MS = 100
 BUCKETS = 36_000  # one hour of 100-ms buckets; the last one also holds everything longer
+EXPORTED_LE_S = (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1800)
 
 
 class FreshnessHistogram:
@@ -51,3 +58,21 @@ class FreshnessHistogram:
         return (f"sink: freshness of {self.total} utilization facts (observed_at -> stored): "
                 f"p50 {self.percentile_s(50):.1f} s, p99 {self.percentile_s(99):.1f} s, "
                 f"max {'>= 3600' if self.counts[-1] else f'{self.percentile_s(100):.1f}'} s")
+
+
+class FreshnessCollector(Collector):
+    """``gpuledger_sink_fact_freshness_seconds``: the histogram above at Prometheus bucket edges."""
+
+    def __init__(self, histogram: FreshnessHistogram) -> None:
+        self.histogram = histogram
+
+    def collect(self):
+        counts = self.histogram.counts.copy()
+        cumulative = np.cumsum(counts)
+        buckets = [(str(float(le)), float(cumulative[le * 1000 // BUCKET_MS - 1])) for le in EXPORTED_LE_S]
+        mids_s = (np.arange(BUCKETS) + 0.5) * BUCKET_MS / 1000  # each bucket's facts at its middle
+        family = HistogramMetricFamily(
+            "gpuledger_sink_fact_freshness_seconds",
+            "From a sample's observed_at to its utilization fact stored, per fact (100-ms resolution).",
+            buckets=[*buckets, ("+Inf", float(cumulative[-1]))], sum_value=float(counts @ mids_s))
+        yield family

@@ -35,6 +35,7 @@ from gpuledger.bus.security import client_config
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.fact_consumer import SinkLoop, SinkStopped
 from gpuledger.sinks.failpoint import OutageStore
+from gpuledger.sinks.freshness import FreshnessCollector
 from gpuledger.sinks.query import TOKEN_FILE, announce, query_token
 from gpuledger.sinks.query_server import QueryServer, read_limits
 from gpuledger.streams.metrics import WorkerMetrics
@@ -101,6 +102,7 @@ def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Ca
     sink = SinkLoop(settings.kafka_bootstrap, topics, store, group, metrics.counting_dead_letters(dead.send),
                     dead.flush, progress, lock, should_stop, settings.sink_batch_records, metrics.store_error,
                     client=client, reference_stops=reference_stops)
+    metrics.registry.register(FreshnessCollector(sink.freshness))
     last = 0.0
     try:
         while True:

@@ -33,3 +33,19 @@ def test_no_facts_no_numbers():
     h = FreshnessHistogram()
     h.add(1, [])
     assert h.percentile_s(50) is None and "no utilization facts" in h.summary()
+
+
+def test_the_metric_is_a_prometheus_histogram_of_the_same_facts():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuledger.sinks.freshness import FreshnessCollector
+    h, registry = FreshnessHistogram(), CollectorRegistry()
+    registry.register(FreshnessCollector(h))
+    h.add(100_000, [100_000 - 4_000, 100_000 - 12_000, 100_000 - 12_050, 100_000 - 7_200_000])
+    text = generate_latest(registry).decode()
+    assert 'gpuledger_sink_fact_freshness_seconds_bucket{le="5.0"} 1.0' in text
+    assert 'gpuledger_sink_fact_freshness_seconds_bucket{le="10.0"} 1.0' in text
+    assert 'gpuledger_sink_fact_freshness_seconds_bucket{le="15.0"} 3.0' in text
+    assert 'gpuledger_sink_fact_freshness_seconds_bucket{le="1800.0"} 3.0' in text
+    assert 'gpuledger_sink_fact_freshness_seconds_bucket{le="+Inf"} 4.0' in text
+    assert "gpuledger_sink_fact_freshness_seconds_count 4.0" in text
