@@ -11,6 +11,8 @@
    fresh ``GPULEDGER_HOME``; wall time, CPU time and peak RSS of every process of its session
    (``/proc`` polled every 0.5 s, VmHWM per pid), then showback checked against the truth and
    the facts compared with the first run's (``bench/fleet_facts.py``: counts and a digest).
+4. ``--replay K,..``: the period replayed with K processes each, the ledger hash the same for
+   every K; ``--live-minutes M``: a live run for freshness p50/p99 (``bench/fleet_runs.py``).
 
 A markdown row per run goes to stdout, with the machine and the exact command; everything
 also to ``OUT/results.json``. Topics are deleted at the end unless ``--keep-topics``;
@@ -20,7 +22,6 @@ also to ``OUT/results.json``. Topics are deleted at the end unless ``--keep-topi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import os
 import platform
@@ -29,7 +30,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from confluent_kafka.admin import AdminClient
 
 from gpuledger.bench.fleet_facts import fact_digest
 from gpuledger.bench.fleet_gen import check_rendering, fleet_plan, fleet_truth, publish_fleet
+from gpuledger.bench.proc_monitor import BROKER_PID, log, timed_process
 from gpuledger.config import load_settings
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.bus.publisher import KafkaPublisher
@@ -47,13 +48,6 @@ from gpuledger.bus.security import client_config
 from gpuledger.schemas.registry import latest_version, load_schema
 from gpuledger.stack import KafkaBroker
 from gpuledger.bus.topics import Topics, ensure_topics, read_extents
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
 
 def machine() -> str:
     cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -127,51 +121,6 @@ def peak_rss_gib() -> float:
 
 
 # -- 3. worker runs ------------------------------------------------------------------------
-class TreeMonitor(threading.Thread):
-    """Polls /proc every 0.5 s for the processes of one session (the started process and
-    everything it forks): peak RSS (VmHWM) and CPU ticks per pid."""
-
-    def __init__(self, sid: int, log_path: Path) -> None:
-        super().__init__(daemon=True)
-        self.sid, self.log_path, self.done = sid, log_path, threading.Event()
-        self.hwm_kb: dict[int, int] = {}
-        self.ticks: dict[int, int] = {}
-        self.names: dict[int, str] = {}
-
-    def poll(self) -> set[int]:
-        """Read every process of the session now; returns their pids."""
-        alive = set()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
-                if int(fields[3]) != self.sid:  # field 6: session id
-                    continue
-                pid = int(entry.name)
-                alive.add(pid)
-                self.names[pid] = stat[stat.index("(") + 1:stat.rindex(")")]
-                self.ticks[pid] = int(fields[11]) + int(fields[12])  # utime + stime
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        self.hwm_kb[pid] = max(self.hwm_kb.get(pid, 0), int(line.split()[1]))
-            except (OSError, ValueError, IndexError):  # gone meanwhile
-                continue
-        return alive
-
-    def run(self) -> None:
-        last_note = time.monotonic()
-        while not self.done.is_set():
-            self.poll()
-            if time.monotonic() - last_note >= 15:
-                last_note = time.monotonic()
-                tail = self.log_path.read_bytes()[-400:].decode(errors="replace").strip().splitlines()
-                log(f"  [{len(self.hwm_kb)} process(es), peak RSS {max(self.hwm_kb.values(), default=0) / 2**20:.2f} "
-                    f"GiB] {tail[-1] if tail else ''}")
-            self.done.wait(0.5)
-
-
 def process_supports_workers(gpuledger: list[str]) -> bool:
     done = subprocess.run([*gpuledger, "process", "--help"], capture_output=True, text=True, timeout=120)
     return "--workers" in done.stdout
@@ -182,50 +131,6 @@ def worker_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: f
     cmd = [*gpuledger, "process", "--until-caught-up", *(["--workers", str(n)] if with_flag else [])]
     run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
     return {"workers": n, **timed_process(f"workers={n}", cmd, run_env, home / "process.log", timeout_s), "home": str(home)}
-
-
-def timed_process(label: str, cmd: list[str], run_env: dict, log_path: Path, timeout_s: float,
-                  stdout_path: Path | None = None) -> dict:
-    """Runs ``cmd`` in a session of its own (output to ``log_path``; stdout to ``stdout_path``
-    when given) until it exits or ``timeout_s`` passes: wall time, CPU time and peak RSS of
-    every process of the session."""
-    log(f"{label}: {' '.join(shlex.quote(c) for c in cmd)}  (log {log_path})")
-    with log_path.open("wb") as out, (stdout_path or log_path).open("ab") as stdout:
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=run_env, stdout=stdout if stdout_path else out, stderr=out,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    monitor = TreeMonitor(proc.pid, log_path)
-    monitor.start()
-    killer = threading.Timer(timeout_s, lambda: (log(f"{label}: over {timeout_s:.0f} s; stopping it"),
-                                                  os.killpg(proc.pid, signal.SIGTERM)))
-    killer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    except BaseException:  # the harness itself stopped (SIGINT, SIGTERM): stop the run's session too
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        raise
-    finally:
-        killer.cancel()
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    monitor.done.set()
-    monitor.join()
-    left = monitor.poll()
-    if left:  # processes of the run still alive after it exited: ours, ended by their group
-        log(f"{label}: {len(left)} process(es) left in the run's session after it exited; ending them")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    cpu_s = max(usage.ru_utime + usage.ru_stime, sum(monitor.ticks.values()) / CLK_TCK)
-    peak_kb = max([*monitor.hwm_kb.values(), usage.ru_maxrss])
-    if proc.returncode != 0:
-        log(f"{label}: exited {proc.returncode}; last lines of {log_path}:\n"
-            + log_path.read_bytes()[-3000:].decode(errors="replace"))
-    return {"command": " ".join(cmd), "exit": proc.returncode, "wall_s": round(wall, 2),
-            "cpu_s": round(cpu_s, 1), "cpu_pct": round(100 * cpu_s / wall), "processes": len(monitor.hwm_kb),
-            "peak_rss_gib": round(peak_kb / 2**20, 2),
-            "peak_rss_by_process": {f"{monitor.names.get(p, '?')}[{p}]": round(kb / 2**20, 2)
-                                    for p, kb in sorted(monitor.hwm_kb.items())}}
 
 
 def check_showback(gpuledger: list[str], env: dict, home: Path, truth: dict) -> dict:
@@ -320,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     topics = Topics(prefix, s.source_partitions, s.audit_retention_days)
     log(f"fleet: machine {machine()}\nfleet: {command}")
     client = client_config(s)
-    KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts, client=client).up(progress=log)
+    broker = KafkaBroker(s.home, s.kafka_bootstrap, s.kafka_libs, s.kafka_heap_opts, client=client)
+    broker.up(progress=log)
+    BROKER_PID[0] = broker._pid()
     results: dict = {"machine": machine(), "command": command, "topic_prefix": prefix}
     # kept: its futures resolve only while it lives
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap, **client})

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import orjson
 
-from gpuledger.bench.fleet import TreeMonitor, clear_prefix, log, timed_process
+from gpuledger.bench.fleet import clear_prefix
+from gpuledger.bench.proc_monitor import TreeMonitor, log, timed_process
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.topics import Topics, ensure_topics
