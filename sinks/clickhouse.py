@@ -14,6 +14,7 @@ transient: retried and alerted on, never dropped.
 from __future__ import annotations
 
 import struct
+from operator import attrgetter
 
 import orjson
 import clickhouse_connect
@@ -138,11 +139,12 @@ class ClickHouseStore:
             raise store_error(exc, "ClickHouse query failed") from exc
         return list(result.column_names), [tuple(r) for r in result.result_rows]
 
-    def insert(self, table: str, rows: list[list], columns: list[str]) -> None:
+    def insert(self, table: str, rows: list[list], columns: list[str], column_oriented: bool = False) -> None:
+        """``rows``: one list per row, or with ``column_oriented`` one list per column."""
         if not rows:
             return
         try:
-            self.client.insert(f"{self.db}.{table}", rows, column_names=columns)
+            self.client.insert(f"{self.db}.{table}", rows, column_names=columns, column_oriented=column_oriented)
         except (ClickHouseError, OSError) + _SERIALIZATION as exc:
             raise store_error(exc, f"insert into {self.db}.{table} failed", table) from exc
 
@@ -162,7 +164,8 @@ class ClickHouseStore:
                                       ("gpu_health_facts", HEALTH_COLUMNS, batch.health),
                                       ("gpu_health_incidents", INCIDENT_COLUMNS, batch.health_incidents),
                                       ("model_facts", MODEL_COLUMNS, batch.models)):
-            self.insert(table, [[getattr(f, c) for c in columns] for f in facts], columns)
+            if facts:  # column by column (a C-level map per column; no row lists to pivot back)
+                self.insert(table, [list(map(attrgetter(c), facts)) for c in columns], columns, column_oriented=True)
 
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:
         """The request facts already stored under ``fact_ids`` (the first recorded of each)."""

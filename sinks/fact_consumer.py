@@ -153,10 +153,17 @@ class SinkLoop:
     def drain(self, ends: dict[str, int]) -> None:
         """Write everything up to ``ends`` (the fact topics' end offsets once the workers finished)."""
         left = {k: v for k, v in ends.items() if v > 0}
+        last = time.monotonic()
         while not self.should_stop():
             self.step()
-            if all(self._committed(k) >= v for k, v in left.items()):
+            to_go = sum(max(0, v - self._committed(k)) for k, v in left.items())
+            if not to_go:
                 return
+            if time.monotonic() - last >= 10.0:
+                last = time.monotonic()
+                w = self.written
+                self.progress(f"sink: catching up, {to_go} fact records to go; {w['capacity']} capacity + "
+                              f"{w['utilization']} utilization facts written")
 
     def _committed(self, key: str) -> int:
         if key in self.positions:
