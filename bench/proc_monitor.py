@@ -116,7 +116,9 @@ def timed_process(label: str, cmd: list[str], run_env: dict, log_path: Path, tim
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
     cpu_s = max(usage.ru_utime + usage.ru_stime, sum(monitor.ticks.values()) / CLK_TCK)
-    peak_kb = max([*monitor.hwm_kb.values(), usage.ru_maxrss])
+    # the polled peaks only: a child's ru_maxrss on Linux counts its parent's pages at fork (this
+    # harness, 1.7 GiB after the raw loop), not what the run itself used
+    peak_kb = max(monitor.hwm_kb.values(), default=usage.ru_maxrss)
     if proc.returncode != 0:
         log(f"{label}: exited {proc.returncode}; last lines of {log_path}:\n"
             + log_path.read_bytes()[-3000:].decode(errors="replace"))
