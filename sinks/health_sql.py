@@ -85,11 +85,15 @@ def inventory_reconciliation_sql(db: str) -> str:
         WHERE valid_from_ms < %(to_ms)s AND (valid_to_ms IS NULL OR valid_to_ms > %(from_ms)s)
         GROUP BY cluster_id, gpu_uuid
     )
-    SELECT e.cluster_id, e.gpu_uuid, e.node, 'not_in_inventory' AS finding, e.sources
-    FROM evidence AS e LEFT ANTI JOIN approved AS a ON a.cluster_id = e.cluster_id AND a.gpu_uuid = e.gpu_uuid
-    UNION ALL
-    SELECT a.cluster_id, a.gpu_uuid, a.node, 'no_evidence' AS finding, '' AS sources
-    FROM approved AS a LEFT ANTI JOIN evidence AS e ON a.cluster_id = e.cluster_id AND a.gpu_uuid = e.gpu_uuid
+    SELECT cluster_id, gpu_uuid, node, finding, sources FROM (
+        SELECT e.cluster_id AS cluster_id, e.gpu_uuid AS gpu_uuid, e.node AS node,
+               'not_in_inventory' AS finding, e.sources AS sources
+        FROM evidence AS e LEFT ANTI JOIN approved AS a ON a.cluster_id = e.cluster_id AND a.gpu_uuid = e.gpu_uuid
+        UNION ALL
+        SELECT a.cluster_id AS cluster_id, a.gpu_uuid AS gpu_uuid, a.node AS node,
+               'no_evidence' AS finding, '' AS sources
+        FROM approved AS a LEFT ANTI JOIN evidence AS e ON a.cluster_id = e.cluster_id AND a.gpu_uuid = e.gpu_uuid
+    )
     ORDER BY finding, cluster_id, node, gpu_uuid"""
 
 
