@@ -5,7 +5,8 @@ Snapshots become segments (``domain/segments.py``): each stands for the time unt
 snapshot of its node, within the staleness limit of the node's observed cadence
 (``domain/cadence.py``); past it is a gap in evidence, never anybody's allocation. A segment
 is final once the watch stream's watermark has passed its end (so pod and namespace versions
-inside it are known).
+inside it are known) and a snapshot past its capacity window came: the segments starting in
+one window go out together, a unit's unchanged ones as one capacity fact.
 
 A DCGM scrape likewise stands for ``[t, end)``: until the node's next scrape, one cadence
 when the next came too late or never. A sample waits until its end is known and the segments
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.domain.capacity import segment_facts
+from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, segment_facts
 from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
@@ -197,9 +198,11 @@ class Attributor(SampleAttribution):
                 guest[4] = end_ms
 
     def advance(self, k8s_watermark_ms: int, podresources_watermark_ms: int, vgpu_watermark_ms: int = NEG_INF,
-                dcgm_watermark_ms: int = NEG_INF) -> None:
+                dcgm_watermark_ms: int = NEG_INF, closing: bool = False) -> None:
         """Move the watermarks forward (never back) and emit whatever became final. Guest
-        samples wait for the shared attributor's vGPU watermark when there is one."""
+        samples wait for the shared attributor's vGPU watermark when there is one. ``closing``:
+        the input ends here (a bounded run caught up), so the windows of queued segments still
+        open are emitted as they stand."""
         self.k8s_watermark_ms = max(self.k8s_watermark_ms, k8s_watermark_ms)
         self.pr_watermark_ms = max(self.pr_watermark_ms, podresources_watermark_ms)
         self.dcgm_watermark_ms = max(self.dcgm_watermark_ms, dcgm_watermark_ms)
@@ -209,21 +212,21 @@ class Attributor(SampleAttribution):
             if ended is not None:
                 self._end_scrape(node, st, *ended)
             st.stop_if_silent(self.pr_watermark_ms, self.stale_ceiling_ms)
-            self._finalize_segments(node, st)
+            self._finalize_segments(node, st, closing)
             self._attribute_samples(node, st)
-        self.advance_vgpu(vgpu_watermark_ms)
+        self.advance_vgpu(vgpu_watermark_ms, closing)
         self._attribute_guest_samples()
         if self.emit_demand:
             self._demand_out += closed_demand(self.book, self.cluster_id, self.k8s_watermark_ms, self.demand_done)
 
-    def advance_vgpu(self, vgpu_watermark_ms: int) -> None:
+    def advance_vgpu(self, vgpu_watermark_ms: int, closing: bool = False) -> None:
         """Close and emit what this attributor's vGPU hosts' snapshots made final."""
         self.vgpu_watermark_ms = max(self.vgpu_watermark_ms, vgpu_watermark_ms)
         if self.inventory is not None:
             for host in sorted(self.vgpu_hosts):
                 st = self.vgpu_hosts[host]
                 st.stop_if_silent(self.vgpu_watermark_ms, self.stale_ceiling_ms)
-                self._finalize_vgpu(host, st)
+                self._finalize_vgpu(host, st, closing)
                 if self.shared is not None:
                     st.pieces.clear()  # guests are attributed against the shared hosts' pieces
 
@@ -258,28 +261,49 @@ class Attributor(SampleAttribution):
         inv, cluster = self.inventory, self.cluster_id
         return lambda a, b, h, pos: vgpu_segment_facts(inv, cluster, host, a, b, h, pos)
 
-    def _finalize_segments(self, node: str, st: NodeState) -> None:
+    def _finalize_segments(self, node: str, st: NodeState, closing: bool) -> None:
         if self.inventory is None:
             return
-        self._finalize(st, self.k8s_watermark_ms, self._node_facts(node))
+        self._finalize(st, self.k8s_watermark_ms, self._node_facts(node), closing)
 
-    def _finalize_vgpu(self, host: str, st: NodeState) -> None:
+    def _finalize_vgpu(self, host: str, st: NodeState, closing: bool) -> None:
         # a vGPU snapshot names its owners itself: no watch to wait for
-        self._finalize(st, None, self._vgpu_facts(host))
+        self._finalize(st, None, self._vgpu_facts(host), closing)
 
-    def _finalize(self, st: NodeState, until_ms: int | None, facts_of) -> None:
-        """Emit the segments and gaps ending by ``until_ms`` (all when None)."""
-        while st.pending_segments and (until_ms is None or st.pending_segments[0][1] <= until_ms):
-            start, end, holders, pos, gap = st.pending_segments.pop(0)
-            self._segment(st, start, end, holders, pos, gap, facts_of)
-            st.final_until_ms = max(st.final_until_ms, end)
+    def _finalize(self, st: NodeState, until_ms: int | None, facts_of, closing: bool = False) -> None:
+        """Emit the queued segments and gaps a window at a time: those starting in one aligned
+        window (``CAPACITY_WINDOW_MS``) once a snapshot past the window came (or the node's
+        snapshots stopped, so nothing more comes) and ``until_ms`` has passed their end (None:
+        at once). A unit's facts that run on unchanged across them merge (``merge_runs``)."""
+        pending = st.pending_segments
+        while pending:
+            edge = (pending[0][0] // CAPACITY_WINDOW_MS + 1) * CAPACITY_WINDOW_MS
+            if st.open and st.last_ms < edge and not closing:  # a segment starting in it may still be queued
+                return
+            n = next((i for i, e in enumerate(pending) if e[0] >= edge), len(pending))
+            if until_ms is not None and pending[n - 1][1] > until_ms:
+                return
+            batch, st.pending_segments = pending[:n], pending[n:]
+            pending = st.pending_segments
+            items = []
+            for start, end, holders, pos, gap in batch:
+                if gap:
+                    st.gaps.append([start, end])
+                    st.evidence_gaps.append([start, end, holders, list(pos)])
+                else:
+                    items += facts_of(start, end, holders, SourcePos(*pos))
+            self._emit_capacity(st, merge_runs(items))
+            st.final_until_ms = max(st.final_until_ms, batch[-1][1])
 
     def _segment(self, st: NodeState, start: int, end: int, holders: dict, pos, gap: bool, facts_of) -> None:
         if gap:
             st.gaps.append([start, end])
             st.evidence_gaps.append([start, end, holders, list(pos)])
             return
-        for device, fact, piece in facts_of(start, end, holders, SourcePos(*pos)):
+        self._emit_capacity(st, facts_of(start, end, holders, SourcePos(*pos)))
+
+    def _emit_capacity(self, st: NodeState, items) -> None:
+        for device, fact, piece in items:
             self._capacity_out.append(fact)
             self.counters.capacity_facts += 1
             pieces = st.pieces.setdefault(device, [])

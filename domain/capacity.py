@@ -8,6 +8,12 @@ the segment. MIG weights above 1 GPU are flagged with an ``over_allocated`` fact
 clipped. A device held outside the approved inventory (absent from it, or outside its
 validity) is kept as ``outside_inventory`` evidence, unattributed, with a reason naming the
 GPU: it is no physical capacity, so no tenant is charged for it until the inventory says so.
+
+Consecutive segments that change nothing for a unit make one fact (``merge_runs``): the
+caller hands over the segments that start in one aligned window (``CAPACITY_WINDOW_MS``),
+and a unit's facts that touch and agree on everything but their bounds and source record
+become one, named by the first snapshot. A fact never spans segments of two windows, so
+where a window's facts end depends only on the snapshots in it, never on read order.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from gpuledger.domain.inventory import GpuEntry, Inventory, Unavailability
 from gpuledger.domain.k8s import OwnershipBook, PodLife
 from gpuledger.domain.units import Unit, units_of
 
-__all__ = ["Holders", "Piece", "Segment", "make_fact", "segment_facts"]
+__all__ = ["CAPACITY_WINDOW_MS", "Holders", "Piece", "Segment", "make_fact", "merge_runs", "segment_facts"]
+
+CAPACITY_WINDOW_MS = 60_000  # segments starting in one such aligned window may merge into one fact
 
 Holders = dict[str, tuple[str, str, str, str]]  # device id -> (namespace, pod, container, resource)
 
@@ -151,8 +159,7 @@ def make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode:
     """One capacity fact and its lookup piece; the id hashes the unit, the bounds, the kind and
     the holder's identity (pod and namespace UIDs, or VM and owner for a vGPU)."""
     who = {**_NO_OWNER, **(owner or {})}
-    fid = fact_id("capacity", seg.cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"],
-                  *([who["tenant_id"]] if who["workload_kind"] == "vm" else []))
+    fid = _capacity_id(seg.cluster_id, device_id, a, b, kind, who)
     fact = built(CapacityFact, {
         "fact_id": fid, "cluster_id": seg.cluster_id, "kind": kind, "gpu_uuid": gpu_uuid, "device_id": device_id,
         "node": seg.node, "gpu_class": gpu_class, "mode": mode, "profile": profile, "capacity_fraction": fraction,
@@ -161,3 +168,44 @@ def make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode:
     piece = Piece(a, b, fid, kind, who["tenant_id"], who["project_id"], who["namespace"], who["pod_name"],
                   who["pod_uid"], confidence, reason)
     return device_id, fact, piece
+
+
+def _capacity_id(cluster_id: str, device_id: str, a: int, b: int, kind: str, who: dict) -> str:
+    return fact_id("capacity", cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"],
+                   *([who["tenant_id"]] if who["workload_kind"] == "vm" else []))
+
+
+_BOUNDS = frozenset(("fact_id", "valid_from_ms", "valid_to_ms", "src_topic", "src_partition", "src_offset"))
+
+
+def _same(d: dict) -> tuple:
+    return tuple(v for k, v in d.items() if k not in _BOUNDS)
+
+
+def merge_runs(items: list[tuple[str, CapacityFact, Piece]]) -> list[tuple[str, CapacityFact, Piece]]:
+    """``items`` of consecutive segments, in time order per unit: each unit's facts that touch
+    (one ends where the next begins) and agree on everything but their bounds and source
+    record become one fact over both, with the first one's source record; the id hashes the
+    merged bounds (as ``make_fact``). Order: by each merged fact's first part."""
+    out: list[list] = []  # [device, fact, piece, key]
+    last: dict[str, list] = {}
+    for device, fact, piece in items:
+        d = fact.__dict__
+        key = _same(d)
+        run = last.get(device)
+        if run is not None and run[1].valid_to_ms == fact.valid_from_ms and run[3] == key:
+            run[1] = built(CapacityFact, {**run[1].__dict__, "valid_to_ms": fact.valid_to_ms})
+            continue
+        entry = [device, fact, piece, key]
+        out.append(entry)
+        last[device] = entry
+    result = []
+    for device, fact, piece, _ in out:
+        if fact.valid_to_ms != piece.end_ms:  # merged: name it by its bounds
+            d = fact.__dict__
+            fid = _capacity_id(d["cluster_id"], d["device_id"], d["valid_from_ms"], d["valid_to_ms"], d["kind"], d)
+            fact = built(CapacityFact, {**d, "fact_id": fid})
+            piece = Piece(piece.start_ms, fact.valid_to_ms, fid, piece.kind, piece.tenant_id, piece.project_id,
+                          piece.namespace, piece.pod_name, piece.pod_uid, piece.confidence, piece.reason)
+        result.append((device, fact, piece))
+    return result

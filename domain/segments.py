@@ -9,7 +9,9 @@ later snapshots before that are stale. A node whose snapshots stop (the watermar
 limit) has its last segment closed the same way.
 
 Queued entries are ``[start, end, holders, pos, gap]``: a gap keeps the holders before it, so
-a late snapshot can fill it. All times are epoch ms; intervals half-open.
+a late snapshot can fill it. They leave the queue a capacity window at a time (the entries
+starting in one aligned window, ``domain/capacity.py``), once a snapshot past the window
+came. All times are epoch ms; intervals half-open.
 """
 
 from __future__ import annotations

@@ -305,15 +305,16 @@ class Engine:
         return pr, unit.wm.get(t.vgpu.name, NEG_INF), dcgm
 
     # -- output ------------------------------------------------------------------------
-    def advance(self) -> FactBatch:
+    def advance(self, closing: bool = False) -> FactBatch:
         """Emit what became final in every unit held, and whatever facts records made at once
         (requests), also of a unit waiting for this worker's broadcast: afterwards no fact is
         held outside the units' state, so a snapshot taken next counts no record whose facts
-        are not out (the runtime's commit advances first)."""
+        are not out (the runtime's commit advances first). ``closing``: a bounded run read all
+        its input, so capacity windows still open are emitted as they stand."""
         k8s_wm = self.broadcast_watermark(self.topics.k8s.name)
         vgpu_wm = self.broadcast_watermark(self.topics.vgpu.name)
         for att in self.bcast.attributors.values():
-            att.advance_vgpu(vgpu_wm)
+            att.advance_vgpu(vgpu_wm, closing)
             att.drain()  # the directory's own facts: the units emit them
         if self.held is None or 0 in self.held:  # unit 0 turns the book's waiting MIG pods into demand facts
             demand = self.units.setdefault(0, Unit(0))
@@ -326,7 +327,7 @@ class Engine:
             for cluster in sorted(unit.attributors):
                 att = unit.attributors[cluster]
                 if att.k8s_watermark_ms <= k8s_wm:  # one restored ahead of this worker's broadcast waits for it
-                    att.advance(k8s_wm, pr, vgpu, dcgm)
+                    att.advance(k8s_wm, pr, vgpu, dcgm, closing)
                 batch.extend(att.drain())
         self._prune(k8s_wm)
         return batch

@@ -125,9 +125,9 @@ class Processor:
         if topic in e.broadcast_topics:
             e.handle_broadcast(topic, partition, offset, value, dead_letter=topic not in e.unit_topics)
 
-    def flush(self, checkpoint: bool = True) -> FlushResult:
+    def flush(self, checkpoint: bool = True, closing: bool = False) -> FlushResult:
         batch = self._unwritten  # facts a failed write left behind go first: the engine drained them
-        batch.extend(self.engine.advance())
+        batch.extend(self.engine.advance(closing))
         self._unwritten = batch
         for ref in self.engine.references:
             if ref.kind == "inventory":

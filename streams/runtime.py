@@ -201,8 +201,8 @@ class Worker:
         self.pacer.forget(lambda k: k[0] not in self.bcast_topics or k[0] in self.unit_topics)
 
     # -- the commit protocol ---------------------------------------------------------------
-    def _produce_facts(self) -> None:
-        batch = self.engine.advance()
+    def _produce_facts(self, closing: bool = False) -> None:
+        batch = self.engine.advance(closing)
         facts = self.topics.facts
         for kind, key, value in iter_encoded(batch, self._unencodable):  # one at a time: never held whole
             self.out.produce(facts[kind].name, key, value)
@@ -224,8 +224,8 @@ class Worker:
         self.out.flush()
         self.dead.flush()
 
-    def _commit(self, numbers: set[int]) -> None:
-        self._produce_facts()  # 1. the facts of every record the snapshots count, parked ones taken since included
+    def _commit(self, numbers: set[int], closing: bool = False) -> None:
+        self._produce_facts(closing)  # 1. the facts of every record the snapshots count, parked ones taken since included
         self._flush()  # ... and acknowledged, with the dead letters
         for n in sorted(numbers):
             if n in self.engine.units:
@@ -338,8 +338,8 @@ class Worker:
                     self._positions()
                 if got == 0 and (self.job.until_caught_up or self.job.stop_offsets is not None) \
                         and now - started >= 1.0 and self.assigned and self.caught_up():
-                    if self.owned:
-                        self._commit(set(self.owned))
+                    if self.owned:  # all read: the capacity windows still open go out as they stand
+                        self._commit(set(self.owned), closing=True)
                     if self.caught_up():
                         self._report()
                         self._positions()

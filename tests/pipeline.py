@@ -75,4 +75,4 @@ class MemoryPipeline:
             for topic, p, off, value in mine[i:i + batch]:
                 self.proc.handle(topic, p, off, value)
             self.proc.flush()
-        self.proc.flush()
+        self.proc.flush(closing=True)  # a bounded run: its input ends here
