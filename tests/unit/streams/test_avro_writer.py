@@ -1,0 +1,96 @@
+"""The compiled fact writer writes fastavro's bytes for every fact kind, whatever the values,
+and hands anything it is not sure of to the general path."""
+
+import dataclasses
+import io
+import math
+import random
+import typing
+
+import fastavro
+import pytest
+
+from gpuledger.streams.avro_writer import NotFast, compile_writer
+from gpuledger.streams.fact_codec import _CODECS, FACT_CLASSES, FACT_KINDS, FactCodecError, decode_facts, encode_fact
+
+STRINGS = ["", "a", "node-17", "GPU-5e1f0000-dead-4bee-8000-00000000beef", "ü", "日本語", "🚀 rocket", "x" * 200,
+           "quote\"and\\backslash", "\x00nul"]
+LONGS = [0, 1, -1, 63, 64, -64, -65, 127, 128, 8191, 8192, 2 ** 31 - 1, -(2 ** 31), 2 ** 40 + 7, 1_790_812_800_123,
+         2 ** 63 - 1, -(2 ** 63)]
+INTS = [0, 1, -1, 63, 64, -65, 300, 2 ** 31 - 1, -(2 ** 31)]
+FLOATS = [0.0, -0.0, 1.0, -2.5, 0.1, 1e-310, 1e300, 85.0, 3, -7, 2 ** 53]
+
+
+def _avro(schema: dict, field: str) -> tuple[str, bool]:
+    t = next(f["type"] for f in schema["fields"] if f["name"] == field)
+    return (t, False) if isinstance(t, str) else (next(x for x in t if x != "null"), True)
+
+
+def _random_fact(kind: str, rng: random.Random):
+    codec = _CODECS[kind]
+    values = {}
+    for f in dataclasses.fields(codec.cls):
+        avro, nullable = _avro(codec.schema, f.name)
+        if nullable and rng.random() < 0.3:
+            values[f.name] = None
+        elif avro == "string":
+            values[f.name] = rng.choice(STRINGS)
+        elif avro == "long":
+            values[f.name] = rng.choice(LONGS)
+        elif avro == "int":
+            values[f.name] = rng.choice(INTS)
+        else:
+            values[f.name] = rng.choice(FLOATS)
+    return codec.cls(**values)
+
+
+def _fastavro(kind: str, fact) -> bytes:
+    codec = _CODECS[kind]
+    buf = io.BytesIO()
+    buf.write(codec.header)
+    fastavro.schemaless_writer(buf, codec.schema, fact.__dict__)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", FACT_KINDS)
+def test_the_compiled_writer_writes_fastavros_bytes(kind):
+    codec = _CODECS[kind]
+    assert codec.fast is not None, f"{kind}: every fact schema is flat, so it gets a compiled writer"
+    rng = random.Random(hash(kind) & 0xFFFF)
+    for _ in range(400):
+        fact = _random_fact(kind, rng)
+        written = codec.fast(fact.__dict__)
+        assert written == _fastavro(kind, fact), fact
+        assert decode_facts(kind, [written]) == [fact]
+
+
+@pytest.mark.parametrize("field,bad", [("power_w", math.nan), ("power_w", math.inf), ("sm_active_ratio", -math.inf),
+                                       ("power_w", "600"), ("observed_at_ms", True), ("observed_at_ms", "7"),
+                                       ("observed_at_ms", 2 ** 63), ("src_offset", -(2 ** 63) - 1),
+                                       ("src_partition", 2 ** 31), ("observed_at_ms", 1.5), ("fb_used_bytes", 2.0)])
+def test_what_it_is_not_sure_of_goes_to_the_general_path(field, bad):
+    kind = "utilization"
+    fact = _random_fact(kind, random.Random(1))
+    with pytest.raises(NotFast):
+        _CODECS[kind].fast({**fact.__dict__, field: bad})
+    with pytest.raises(FactCodecError, match=field):  # the general path names the field
+        encode_fact(kind, dataclasses.replace(fact, **{field: bad}))
+
+
+def test_a_string_that_is_not_utf8_encodable_goes_to_the_general_path():
+    fact = _random_fact("utilization", random.Random(2))
+    with pytest.raises(NotFast):
+        _CODECS["utilization"].fast({**fact.__dict__, "pod_name": "lone \ud800 surrogate"})
+    with pytest.raises(FactCodecError, match="pod_name"):
+        encode_fact("utilization", dataclasses.replace(fact, pod_name="lone \ud800 surrogate"))
+
+
+def test_a_schema_beyond_flat_primitives_gets_no_compiled_writer():
+    for t in ({"type": "array", "items": "long"}, ["null", "string", "long"], "boolean", "bytes"):
+        schema = fastavro.parse_schema({"type": "record", "name": "X", "fields": [{"name": "a", "type": t}]})
+        assert compile_writer(schema, b"") is None, t
+
+
+def test_every_fact_class_is_covered():
+    assert set(FACT_CLASSES) == set(FACT_KINDS)
+    assert all(typing.get_type_hints(cls) for cls in FACT_CLASSES.values())
