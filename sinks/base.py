@@ -11,8 +11,10 @@ A crash between any two steps replays from the last checkpoint and rewrites the 
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 
+import fastavro
 import orjson
 from typing import Protocol
 
@@ -60,6 +62,7 @@ class Checkpoint:
 
 class FactStore(Protocol):
     def write_facts(self, batch: FactBatch) -> None: ...
+    def write_encoded(self, kind: str, container: bytes) -> None: ...
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]: ...
     def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None: ...
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None: ...
@@ -91,6 +94,13 @@ class MemoryStore:
         self.health.update((f.fact_id, f) for f in batch.health)
         self.health_incidents.update((f.fact_id, f) for f in batch.health_incidents)
         self.models.update((f.fact_id, f) for f in batch.models)
+
+    def write_encoded(self, kind: str, container: bytes) -> None:
+        """Facts of ``kind`` (capacity, utilization, health) as an Avro object container file:
+        read back into facts and written as ``write_facts`` writes them."""
+        cls = {"capacity": CapacityFact, "utilization": UtilizationFact, "health": GpuHealthFact}[kind]
+        facts = [cls(**r) for r in fastavro.reader(io.BytesIO(container))]
+        self.write_facts(FactBatch(**{kind: facts}))
 
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:
         return {i: self.requests[i] for i in fact_ids if i in self.requests}

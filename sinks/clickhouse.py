@@ -78,6 +78,8 @@ PERMANENT_CODES = frozenset({
 })
 # What the driver raises while serializing rows into the native format (before anything is sent).
 _SERIALIZATION = (DataError, ValueError, TypeError, AttributeError, OverflowError, struct.error)
+_ENCODED = {"capacity": ("capacity_facts", CAPACITY_COLUMNS), "utilization": ("utilization_facts", UTILIZATION_COLUMNS),
+            "health": ("gpu_health_facts", HEALTH_COLUMNS)}  # the kinds ``write_encoded`` takes
 
 
 def store_error(exc: BaseException, what: str, table: str = "") -> StoreError:
@@ -166,6 +168,15 @@ class ClickHouseStore:
                                       ("model_facts", MODEL_COLUMNS, batch.models)):
             if facts:  # column by column (a C-level map per column; no row lists to pivot back)
                 self.insert(table, [list(map(attrgetter(c), facts)) for c in columns], columns, column_oriented=True)
+
+    def write_encoded(self, kind: str, container: bytes) -> None:
+        """Facts of ``kind`` as an Avro object container file (streams/fact_codec.py
+        ``container``): ClickHouse reads the records itself, no row is built here."""
+        table, columns = _ENCODED[kind]
+        try:
+            self.client.raw_insert(f"{self.db}.{table}", columns, container, fmt="Avro")
+        except (ClickHouseError, OSError) + _SERIALIZATION as exc:
+            raise store_error(exc, f"insert into {self.db}.{table} failed", table) from exc
 
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:
         """The request facts already stored under ``fact_ids`` (the first recorded of each)."""

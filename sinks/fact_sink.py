@@ -1,8 +1,11 @@
 """The end of the fact topics: values read from Kafka -> facts -> the store.
 
-``FactSink.write`` takes a poll's worth of ``(kind, value)`` messages, decodes each kind's
-values in one call (streams/fact_codec.py) and writes every fact in one batch through
-``write_isolating`` (sinks/isolate.py), so:
+``FactSink.write`` takes a poll's worth of ``(kind, value)`` messages. The bulk kinds
+(capacity, utilization, health: nearly every fact) go to the store as they came, in an Avro
+container ClickHouse reads itself, once every value passed the codec's checks. Anything else,
+and a bulk kind with a value that fails them or that the store refuses for good, is decoded
+kind by kind (streams/fact_codec.py) and written in one batch through ``write_isolating``
+(sinks/isolate.py), so:
 
 - a value that is not a fact of its kind (bad bytes, an unknown kind, a NaN) is dead-lettered
   with the reason and skipped; the rest are written;
@@ -30,7 +33,7 @@ from collections.abc import Callable, Iterable
 from gpuledger.domain.facts import FactBatch
 from gpuledger.sinks.base import FactStore, PermanentStoreError
 from gpuledger.sinks.isolate import TABLES, settle_batch, write_isolating
-from gpuledger.streams.fact_codec import FACT_KINDS, decode_facts
+from gpuledger.streams.fact_codec import BULK_KINDS, FACT_KINDS, checked_bodies, container, decode_facts
 
 __all__ = ["DeadLetter", "FactSink"]
 
@@ -78,6 +81,8 @@ class FactSink:
             bucket.append(value)
             index[kind].append(i)
 
+        whole = self._write_bulk(values, index)  # the common case: most facts never become objects here
+
         decoded: dict[str, _Decoded] = {}
         for kind in FACT_KINDS:
             d = decoded[kind] = _Decoded(values[kind])
@@ -105,8 +110,32 @@ class FactSink:
         if any(decoded[k].facts for k in FACT_KINDS):
             batch = settle_batch(self.store, batch, conflict)
             write_isolating(self.store, batch, reject)
-        self.stored_observed_ms = [f.observed_at_ms for f in batch.utilization]
-        return {k: len(decoded[k].facts) - refused[k] for k in FACT_KINDS}
+        self.stored_observed_ms = whole.pop("observed", []) + [f.observed_at_ms for f in batch.utilization]
+        return {k: whole.get(k, 0) + len(decoded[k].facts) - refused[k] for k in FACT_KINDS}
+
+    def _write_bulk(self, values: dict[str, list[bytes]], index: dict[str, list[int]]) -> dict:
+        """Hand the store each bulk kind's values as they came, when every one passes the
+        codec's checks (``checked_bodies``); those kinds are then taken out of ``values``.
+        A kind with a value that fails, or that the store refuses for good, is left for the
+        fact-by-fact path, which finds the value or row at fault. A store that is down raises
+        (nothing is lost: the caller writes the same messages again)."""
+        out: dict = {}
+        for kind in BULK_KINDS:
+            if not values[kind]:
+                continue
+            checked = checked_bodies(kind, values[kind])
+            if checked is None:
+                continue
+            bodies, kept = checked
+            try:
+                self.store.write_encoded(kind, container(kind, bodies))
+            except PermanentStoreError:
+                continue
+            out[kind] = len(bodies)
+            if kind == "utilization":
+                out["observed"] = kept
+            values[kind], index[kind] = [], []
+        return out
 
     def _undecodable(self, source: str, reason: str, raw: bytes) -> None:
         self.undecodable += 1

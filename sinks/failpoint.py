@@ -29,6 +29,10 @@ class OutageStore:
         self._gate("write facts")
         self._store.write_facts(batch)
 
+    def write_encoded(self, kind: str, container: bytes) -> None:
+        self._gate("write facts")
+        self._store.write_encoded(kind, container)
+
     def write_reference(self, *args) -> None:
         self._gate("write reference")
         self._store.write_reference(*args)

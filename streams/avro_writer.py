@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-__all__ = ["NotFast", "compile_writer"]
+__all__ = ["NotFast", "compile_checker", "compile_writer", "varint"]
 
 
 class NotFast(Exception):
@@ -31,7 +31,7 @@ _SMALL = [bytes([n]) for n in range(128)]
 _CACHE_MAX = 65_536
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     """The zigzag varint of ``n`` (caller checked the range)."""
     n = (n << 1) if n >= 0 else ((-n) << 1) - 1
     if n < 128:
@@ -60,13 +60,13 @@ def _caches() -> tuple[dict, Callable[[str], bytes], dict, Callable[[int], bytes
             raise NotFast from None
         if len(strings) >= _CACHE_MAX:
             strings.clear()
-        b = strings[s] = _varint(len(raw)) + raw
+        b = strings[s] = varint(len(raw)) + raw
         return b
 
     def integer(n: int) -> bytes:  # the caller checked type and range
         if len(ints) >= _CACHE_MAX:
             ints.clear()
-        b = ints[n] = _varint(n)
+        b = ints[n] = varint(n)
         return b
     return strings, string, ints, integer
 
@@ -100,8 +100,8 @@ def compile_writer(schema: dict, header: bytes) -> Callable[[dict], bytes] | Non
             null_at = t.index("null")
             code = _value(t[1 - null_at], "        ")
             if code is not None:
-                code = ["    if v is None:", f"        a({_varint(null_at)!r})", "    else:",
-                        f"        a({_varint(1 - null_at)!r})", *code]
+                code = ["    if v is None:", f"        a({varint(null_at)!r})", "    else:",
+                        f"        a({varint(1 - null_at)!r})", *code]
         else:
             code = None
         if code is None:
@@ -113,3 +113,63 @@ def compile_writer(schema: dict, header: bytes) -> Callable[[dict], bytes] | Non
              "F": struct.Struct("<f").pack, "NotFast": NotFast}
     exec(compile("\n".join(lines), f"<avro writer {schema.get('name', '?')}>", "exec"), scope)  # noqa: S102
     return scope["write"]
+
+
+def _read_varint(raw: bytes, p: int) -> tuple[int, int]:
+    """(zigzag-decoded value, next position) of the varint at ``p``; at most 10 bytes."""
+    n = shift = 0
+    for i in range(p, min(p + 10, len(raw))):
+        b = raw[i]
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (n >> 1) ^ -(n & 1), i + 1
+        shift += 7
+    raise NotFast
+
+
+def _check_value(kind: str, indent: str, keep: bool) -> list[str] | None:
+    """Statements that step over a value of Avro type ``kind`` at ``p``, checking it."""
+    if kind == "string":
+        return [f"{indent}b = raw[p]", f"{indent}if b < 128:", f"{indent}    n = b >> 1 if not b & 1 else -1",
+                f"{indent}    p += 1", f"{indent}else:", f"{indent}    n, p = R(raw, p)",
+                f"{indent}e = p + n", f"{indent}if n < 0 or e > L:", f"{indent}    raise NotFast",
+                f"{indent}raw[p:e].decode()", f"{indent}p = e"]
+    if kind in _RANGES:
+        lo, hi = _RANGES[kind]
+        out = [f"{indent}b = raw[p]", f"{indent}if b < 128:", f"{indent}    v = (b >> 1) ^ -(b & 1)",
+               f"{indent}    p += 1", f"{indent}else:", f"{indent}    v, p = R(raw, p)",
+               f"{indent}    if v < {lo} or v > {hi}:", f"{indent}        raise NotFast"]
+        return out + ([f"{indent}kept = v"] if keep else [])
+    if kind == "double":
+        return [f"{indent}v = UD(raw, p)[0]", f"{indent}if v - v != 0.0:", f"{indent}    raise NotFast",
+                f"{indent}p += 8"]
+    return None
+
+
+def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[bytes], int | None] | None:
+    """A function that checks one framed value (``header`` + body) is a whole record of the
+    flat ``schema`` and nothing more: every string valid UTF-8, every double finite, every
+    integer within its type, no trailing bytes; it returns the value of the integer field
+    ``keep`` (None without one) and raises (``NotFast``, ``IndexError``, ``UnicodeDecodeError``,
+    ``struct.error``) on anything else. None when the schema holds a type it does not cover."""
+    lines = ["def check(raw):", f"    if raw[:{len(header)}] != H:", "        raise NotFast",
+             f"    p, L, kept = {len(header)}, len(raw), None"]
+    for f in schema["fields"]:
+        t, k = f["type"], f["name"] == keep
+        if isinstance(t, str):
+            code = _check_value(t, "    ", k)
+        elif isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str):
+            null_at = t.index("null")
+            code = _check_value(t[1 - null_at], "        ", k)
+            if code is not None:
+                code = ["    b = raw[p]", "    p += 1", f"    if b == {2 * (1 - null_at)}:", *code,
+                        f"    elif b != {2 * null_at}:", "        raise NotFast"]
+        else:
+            code = None
+        if code is None:
+            return None
+        lines += code
+    lines += ["    if p != L:", "        raise NotFast", "    return kept"]
+    scope = {"H": header, "R": _read_varint, "UD": struct.Struct("<d").unpack_from, "NotFast": NotFast}
+    exec(compile("\n".join(lines), f"<avro checker {schema.get('name', '?')}>", "exec"), scope)  # noqa: S102
+    return scope["check"]

@@ -41,13 +41,14 @@ from gpuledger.domain.gpu_incidents import GpuHealthIncident
 from gpuledger.domain.model_metrics import ModelFact
 from gpuledger.domain.requests import RequestFact
 from gpuledger.schemas.registry import CodecError, latest_version, load_schema
-from gpuledger.streams.avro_writer import compile_writer
+from gpuledger.streams.avro_writer import compile_checker, compile_writer, varint
 
-__all__ = ["FACT_CLASSES", "FACT_KINDS", "FactCodecError", "decode_facts", "encode_batch", "encode_fact",
-           "iter_encoded", "schema_mismatches", "schema_name"]
+__all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_bodies", "container",
+           "decode_facts", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches", "schema_name"]
 
 FACT_KINDS = ("capacity", "utilization", "requests", "demand", "models",
               "health", "health_incidents")  # as the FactBatch attributes
+BULK_KINDS = ("capacity", "utilization", "health")  # most facts: the sink hands their bodies to the store as they came
 FACT_CLASSES: dict[str, type] = {"capacity": CapacityFact, "utilization": UtilizationFact, "requests": RequestFact,
                                  "demand": DemandFact, "models": ModelFact,
                                  "health": GpuHealthFact, "health_incidents": GpuHealthIncident}
@@ -137,6 +138,8 @@ class _KindCodec:
         self.floats = tuple(n for n in self.fields if types_[n] in ("double", "float"))
         self.ints = tuple((n, *_RANGES[types_[n]]) for n in self.fields if types_[n] in _RANGES)
         self.fast = compile_writer(self.schema, self.header)  # same bytes as fastavro, checks included
+        self.checker = compile_checker(self.schema, self.header, "observed_at_ms" if kind == "utilization" else "")
+        self.ocf_header = b""  # an empty object container file of the schema (``container``), made on first use
 
     def check(self, rec: dict) -> None:
         for n in self.floats:
@@ -284,3 +287,31 @@ def iter_encoded(batch: FactBatch, on_error: Callable[[str, object, FactCodecErr
 def encode_batch(batch: FactBatch) -> list[tuple[str, bytes, bytes]]:
     """``iter_encoded`` as a list."""
     return list(iter_encoded(batch))
+
+
+def checked_bodies(kind: str, values: list[bytes]) -> tuple[list[bytes], list] | None:
+    """The Avro bodies of ``values`` (framed facts of ``kind`` in the latest version) and each
+    one's ``observed_at_ms`` (utilization; None for other kinds), when every value passes the
+    checks ``decode_facts`` makes (whole record, UTF-8, finite, in range); None when any does
+    not, or is of another version: then decode them one by one to find which."""
+    check = _codec(kind).checker
+    if check is None:
+        return None
+    try:
+        kept = [check(v) for v in values]
+    except Exception:  # noqa: BLE001 — NotFast, or bytes that are not a record of the schema
+        return None
+    n = _HEADER.size
+    return [v[n:] for v in values], kept
+
+
+def container(kind: str, bodies: list[bytes]) -> bytes:
+    """``bodies`` (of ``kind``'s latest schema) as an Avro object container file, uncompressed,
+    in one block: what ClickHouse's ``Avro`` input format reads, with no per-fact decoding."""
+    c = _codec(kind)
+    if not c.ocf_header:
+        buf = io.BytesIO()
+        fastavro.writer(buf, c.schema, [], codec="null")  # header only: magic, schema, codec, sync marker
+        c.ocf_header = buf.getvalue()
+    block = b"".join(bodies)
+    return c.ocf_header + varint(len(bodies)) + varint(len(block)) + block + c.ocf_header[-16:]

@@ -1,8 +1,10 @@
 """One contract suite per port, run against every adapter: the in-memory twin and the real
 one (confluent-kafka on the broker; clickhouse-connect on the chdb engine)."""
 
+import dataclasses
 import os
 import time
+import typing
 import uuid
 from dataclasses import replace
 
@@ -17,7 +19,8 @@ from gpuledger.producers.base import MAX_RECORD_BYTES, ListPublisher
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.sinks.base import Checkpoint, MemoryStore
 from gpuledger.sinks.clickhouse import ClickHouseStore
-from gpuledger.sinks.isolate import settle_batch, write_isolating
+from gpuledger.sinks.isolate import TABLES, settle_batch, write_isolating
+from gpuledger.streams.fact_codec import BULK_KINDS, FACT_CLASSES, checked_bodies, container, encode_fact
 
 pytestmark = pytest.mark.integration
 
@@ -119,6 +122,13 @@ class ChStore:
                 {r[0] for r in self.store.query("SELECT fact_id FROM gpuledger.request_facts FINAL")[1]},
                 self.store.query("SELECT count() FROM gpuledger.capacity_facts FINAL")[1][0][0])
 
+    def read_back(self, kind: str) -> list:
+        cls = FACT_CLASSES[kind]
+        names = [f.name for f in dataclasses.fields(cls)]
+        table = TABLES.get(kind, "gpu_health_facts")
+        rows = self.store.query(f"SELECT {', '.join(names)} FROM gpuledger.{table} FINAL ORDER BY fact_id")[1]
+        return [cls(*r) for r in rows]
+
     def close(self):
         self.store.close()
 
@@ -129,6 +139,9 @@ class MemStore:
 
     def fact_ids(self):
         return set(self.store.capacity), set(self.store.utilization), set(self.store.requests), len(self.store.capacity)
+
+    def read_back(self, kind: str) -> list:
+        return sorted(getattr(self.store, kind).values(), key=lambda f: f.fact_id)
 
     def close(self):
         pass
@@ -146,6 +159,32 @@ def test_store_writes_are_idempotent_by_fact_id(store):
     store.store.write_facts(FactBatch([_cap(1), _cap(2)], [_util(0), _util(1)], [_req(0), _req(1)]))  # replayed batch
     caps, utils, reqs, rows = store.fact_ids()
     assert caps == {"c0", "c1", "c2"} and utils == {"u0", "u1"} and reqs == {"r0", "r1"} and rows == 3
+
+
+def _any_fact(kind: str, i: int):
+    """A fact of ``kind`` with every field set from ``i`` (odd ``i``: every nullable field None)."""
+    cls = FACT_CLASSES[kind]
+    hints, values = typing.get_type_hints(cls), {}
+    for f in dataclasses.fields(cls):
+        base = [a for a in typing.get_args(hints[f.name]) if a is not type(None)] or [hints[f.name]]
+        if len(typing.get_args(hints[f.name])) > 1 and i % 2:
+            values[f.name] = None
+        elif base[0] is str:
+            values[f.name] = f"{f.name}-{i}-ü" if f.name != "fact_id" else f"{kind[0]}{i:03d}"
+        elif base[0] is int:
+            values[f.name] = 1_790_000_000_000 + i if f.name.endswith("_ms") else i
+        else:
+            values[f.name] = 0.25 + i
+    return cls(**values)
+
+
+@pytest.mark.parametrize("kind", BULK_KINDS)
+def test_facts_handed_over_encoded_read_back_whole_and_idempotent(store, kind):
+    facts = [_any_fact(kind, i) for i in range(6)]
+    bodies, _ = checked_bodies(kind, [encode_fact(kind, f) for f in facts])
+    store.store.write_encoded(kind, container(kind, bodies))
+    store.store.write_encoded(kind, container(kind, bodies[2:]))  # written again: no row twice
+    assert store.read_back(kind) == facts
 
 
 def test_store_gives_back_the_recorded_requests_whole(store):

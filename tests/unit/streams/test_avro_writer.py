@@ -94,3 +94,62 @@ def test_a_schema_beyond_flat_primitives_gets_no_compiled_writer():
 def test_every_fact_class_is_covered():
     assert set(FACT_CLASSES) == set(FACT_KINDS)
     assert all(typing.get_type_hints(cls) for cls in FACT_CLASSES.values())
+
+
+@pytest.mark.parametrize("kind", FACT_KINDS)
+def test_the_checker_takes_every_fact_the_writer_writes(kind):
+    codec = _CODECS[kind]
+    assert codec.checker is not None
+    rng = random.Random(7 + len(kind))
+    facts = [_random_fact(kind, rng) for _ in range(300)]
+    kept = [codec.checker(encode_fact(kind, f)) for f in facts]
+    assert kept == [f.observed_at_ms if kind == "utilization" else None for f in facts]
+
+
+def _plain(kind: str, fact, **change) -> bytes:
+    """Framed like the codec, written by plain fastavro (which lets NaN and the like through)."""
+    codec = _CODECS[kind]
+    buf = io.BytesIO()
+    buf.write(codec.header)
+    fastavro.schemaless_writer(buf, codec.schema, {**fact.__dict__, **change})
+    return buf.getvalue()
+
+
+def test_the_checker_refuses_what_decoding_refuses():
+    kind = "utilization"
+    check = _CODECS[kind].checker
+    fact = replace_nulls(_random_fact(kind, random.Random(3)))
+    good = encode_fact(kind, fact)
+    bad_utf8 = good.replace(fact.pod_name.encode(), b"\xff" * len(fact.pod_name.encode()), 1)
+    cases = {"truncated": good[:-1], "trailing byte": good + b"\x00", "NaN": _plain(kind, fact, power_w=math.nan),
+             "infinity": _plain(kind, fact, sm_active_ratio=math.inf), "bad UTF-8": bad_utf8,
+             "other version": b"\x00\x00\x00\x00\x01" + good[5:], "bad union branch": _branch(good, fact),
+             "empty": b"", "header only": good[:5]}
+    for name, raw in cases.items():
+        with pytest.raises(Exception):  # noqa: B017,PT011 — any refusal sends the batch down the general path
+            check(raw)
+        errors = []
+        decode_facts(kind, [raw], lambda *e: errors.append(e))
+        assert errors, f"{name}: decoding refuses it too"
+
+
+def replace_nulls(fact):
+    """Every nullable number set (so the cases above have a value to spoil)."""
+    return dataclasses.replace(fact, sm_active_ratio=0.5, fb_used_bytes=1 << 30, power_w=300.0, energy_j=12.5,
+                               pod_name="train-0")
+
+
+def _branch(good: bytes, fact) -> bytes:
+    """The union branch of sm_active_ratio (after the first six fields) set to 4: no such branch."""
+    p = 5
+    for _ in range(5):  # fact_id, cluster_id, gpu_uuid, device_id, node: strings
+        n = good[p] >> 1
+        p += 1 + n
+    while good[p] & 0x80:  # observed_at_ms, span_ms: varints
+        p += 1
+    p += 1
+    while good[p] & 0x80:
+        p += 1
+    p += 1
+    assert good[p] == 2  # sm_active_ratio: the double branch
+    return good[:p] + b"\x04" + good[p + 1:]
