@@ -282,7 +282,11 @@ class Attributor(SampleAttribution):
                 return
             n = next((i for i, e in enumerate(pending) if e[0] >= edge), len(pending))
             if until_ms is not None and pending[n - 1][1] > until_ms:
-                return
+                if not closing:
+                    return
+                n = next((i for i, e in enumerate(pending[:n]) if e[1] > until_ms), n)  # what is final goes out
+                if n == 0:
+                    return
             batch, st.pending_segments = pending[:n], pending[n:]
             pending = st.pending_segments
             items = []

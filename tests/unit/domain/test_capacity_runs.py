@@ -88,3 +88,25 @@ def test_a_bounded_run_emits_its_last_window_only_when_it_closes(tmp_path):
     closed_end = max(f.valid_to_ms for f in mp.store.capacity.values())
     assert open_end < closed_end  # the last window waited for a snapshot past it, then went out whole
     assert closed_end - open_end <= CAPACITY_WINDOW_MS
+
+
+def test_closing_emits_the_segments_the_watch_made_final_even_inside_a_window(tmp_path):
+    """The watch's last word (a bookmark, on every partition) falls well inside a minute while
+    snapshots go on: a bounded run ends with the segments it made final, not with the window
+    before it (nor with nothing)."""
+    from gpuledger.schemas import Codec
+    plan = varied_plan(10, 10, 0.0, 0.0, hours=1, seed=3, start_ms=T0 + 35_000)  # bookmarks 35 s into a minute
+    topics, pub, _ = ingest(write_varied(plan, tmp_path / "cap"))
+    records = partitioned(topics, pub.records)
+    watch = Codec("k8s_watch_event")
+    times = {r: watch.decode(r[3]) for r in records if r[0] == topics.k8s.name}
+    stop = max(e["observed_at_ms"] for e in times.values() if e["event_type"] == "BOOKMARK"
+               and 25_000 <= e["observed_at_ms"] % CAPACITY_WINDOW_MS < 55_000
+               and e["observed_at_ms"] < plan.end_ms - 5 * 60_000)
+    kept = [r for r in records if r not in times or times[r]["observed_at_ms"] <= stop]
+    mp = MemoryPipeline(topics)
+    mp.extents(kept)
+    mp.feed(kept)
+    end = max(f.valid_to_ms for f in mp.store.capacity.values())
+    window_start = stop // CAPACITY_WINDOW_MS * CAPACITY_WINDOW_MS
+    assert window_start + 10_000 < end <= stop  # what the bookmark made final, inside its window
