@@ -187,25 +187,24 @@ def merge_runs(items: list[tuple[str, CapacityFact, Piece]]) -> list[tuple[str, 
     (one ends where the next begins) and agree on everything but their bounds and source
     record become one fact over both, with the first one's source record; the id hashes the
     merged bounds (as ``make_fact``). Order: by each merged fact's first part."""
-    out: list[list] = []  # [device, fact, piece, key]
+    out: list[list] = []  # [device, first fact, its piece, key, end of the run]
     last: dict[str, list] = {}
     for device, fact, piece in items:
-        d = fact.__dict__
-        key = _same(d)
+        key = _same(fact.__dict__)
         run = last.get(device)
-        if run is not None and run[1].valid_to_ms == fact.valid_from_ms and run[3] == key:
-            run[1] = built(CapacityFact, {**run[1].__dict__, "valid_to_ms": fact.valid_to_ms})
+        if run is not None and run[4] == fact.valid_from_ms and run[3] == key:
+            run[4] = fact.valid_to_ms
             continue
-        entry = [device, fact, piece, key]
+        entry = [device, fact, piece, key, fact.valid_to_ms]
         out.append(entry)
         last[device] = entry
     result = []
-    for device, fact, piece, _ in out:
-        if fact.valid_to_ms != piece.end_ms:  # merged: name it by its bounds
-            d = fact.__dict__
-            fid = _capacity_id(d["cluster_id"], d["device_id"], d["valid_from_ms"], d["valid_to_ms"], d["kind"], d)
-            fact = built(CapacityFact, {**d, "fact_id": fid})
-            piece = Piece(piece.start_ms, fact.valid_to_ms, fid, piece.kind, piece.tenant_id, piece.project_id,
+    for device, fact, piece, _, end in out:
+        if end != fact.valid_to_ms:  # merged: name it by its bounds
+            d = {**fact.__dict__, "valid_to_ms": end}
+            fid = d["fact_id"] = _capacity_id(d["cluster_id"], d["device_id"], d["valid_from_ms"], end, d["kind"], d)
+            fact = built(CapacityFact, d)
+            piece = Piece(piece.start_ms, end, fid, piece.kind, piece.tenant_id, piece.project_id,
                           piece.namespace, piece.pod_name, piece.pod_uid, piece.confidence, piece.reason)
         result.append((device, fact, piece))
     return result

@@ -28,7 +28,7 @@ class NotFast(Exception):
 
 _RANGES = {"long": (-(2 ** 63), 2 ** 63 - 1), "int": (-(2 ** 31), 2 ** 31 - 1)}
 _SMALL = [bytes([n]) for n in range(128)]
-_CACHE_MAX = 65_536
+_CACHE_MAX = 16_384
 
 
 def varint(n: int) -> bytes:
@@ -44,6 +44,17 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+def _unique(s: str) -> bytes:
+    """A string's encoding, not cached."""
+    if type(s) is not str:
+        raise NotFast
+    try:
+        raw = s.encode()
+    except UnicodeEncodeError:
+        raise NotFast from None
+    return varint(len(raw)) + raw
+
+
 def _caches() -> tuple[dict, Callable[[str], bytes], dict, Callable[[int], bytes]]:
     """Encoded strings and integers by value, each with the function that fills it: names,
     tenants, pods, timestamps and offsets repeat fact after fact (a scrape's devices share
@@ -52,15 +63,9 @@ def _caches() -> tuple[dict, Callable[[str], bytes], dict, Callable[[int], bytes
     ints: dict[int, bytes] = {}
 
     def string(s: str) -> bytes:
-        if type(s) is not str:
-            raise NotFast
-        try:
-            raw = s.encode()
-        except UnicodeEncodeError:
-            raise NotFast from None
         if len(strings) >= _CACHE_MAX:
             strings.clear()
-        b = strings[s] = varint(len(raw)) + raw
+        b = strings[s] = _unique(s)
         return b
 
     def integer(n: int) -> bytes:  # the caller checked type and range
@@ -71,8 +76,11 @@ def _caches() -> tuple[dict, Callable[[str], bytes], dict, Callable[[int], bytes
     return strings, string, ints, integer
 
 
-def _value(kind: str, indent: str) -> list[str] | None:
-    """Statements appending the encoding of ``v`` of Avro type ``kind``."""
+def _value(kind: str, indent: str, unique: bool = False) -> list[str] | None:
+    """Statements appending the encoding of ``v`` of Avro type ``kind``; ``unique``: a value
+    that never repeats (a fact id), encoded without the cache."""
+    if kind == "string" and unique:
+        return [f"{indent}a(U(v))"]
     if kind == "string":  # a str key only ever maps to its own encoding: no type check needed on a hit
         return [f"{indent}b = SC.get(v) if type(v) is str else None", f"{indent}a(b if b is not None else S(v))"]
     if kind in _RANGES:
@@ -95,7 +103,7 @@ def compile_writer(schema: dict, header: bytes) -> Callable[[dict], bytes] | Non
         name, t = f["name"], f["type"]
         lines.append(f"    v = d[{name!r}]")
         if isinstance(t, str):
-            code = _value(t, "    ")
+            code = _value(t, "    ", unique=name == "fact_id")
         elif isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str):
             null_at = t.index("null")
             code = _value(t[1 - null_at], "        ")
@@ -109,7 +117,7 @@ def compile_writer(schema: dict, header: bytes) -> Callable[[dict], bytes] | Non
         lines += code
     lines.append("    return b''.join(p)")
     strings, string, ints, integer = _caches()
-    scope = {"H": header, "SC": strings, "S": string, "IC": ints, "I": integer, "D": struct.Struct("<d").pack,
+    scope = {"H": header, "SC": strings, "S": string, "U": _unique, "IC": ints, "I": integer, "D": struct.Struct("<d").pack,
              "F": struct.Struct("<f").pack, "NotFast": NotFast}
     exec(compile("\n".join(lines), f"<avro writer {schema.get('name', '?')}>", "exec"), scope)  # noqa: S102
     return scope["write"]
