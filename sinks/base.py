@@ -25,6 +25,7 @@ from gpuledger.domain.gpu_incidents import GpuHealthIncident
 from gpuledger.domain.inventory import Inventory
 from gpuledger.domain.model_metrics import ModelFact
 from gpuledger.domain.requests import RequestFact
+from gpuledger.streams.fact_codec import FACT_CLASSES
 
 __all__ = ["Checkpoint", "FactStore", "MemoryStore", "PermanentStoreError", "StoreError", "TransientStoreError"]
 
@@ -98,7 +99,7 @@ class MemoryStore:
     def write_encoded(self, kind: str, container: bytes) -> None:
         """Facts of ``kind`` (capacity, utilization, health) as an Avro object container file:
         read back into facts and written as ``write_facts`` writes them."""
-        cls = {"capacity": CapacityFact, "utilization": UtilizationFact, "health": GpuHealthFact}[kind]
+        cls = FACT_CLASSES[kind]
         facts = [cls(**r) for r in fastavro.reader(io.BytesIO(container))]
         self.write_facts(FactBatch(**{kind: facts}))
 

@@ -26,6 +26,7 @@ from gpuledger.domain.inventory import Inventory
 from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, PermanentStoreError, StoreError, TransientStoreError
 from gpuledger.sinks.health_sql import HEALTH_COLUMNS, INCIDENT_COLUMNS, health_ddl_statements
+from gpuledger.sinks.isolate import TABLES
 from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, MODEL_COLUMNS, REQUEST_COLUMNS,
                                        UTILIZATION_COLUMNS, ddl_statements)
 
@@ -78,8 +79,10 @@ PERMANENT_CODES = frozenset({
 })
 # What the driver raises while serializing rows into the native format (before anything is sent).
 _SERIALIZATION = (DataError, ValueError, TypeError, AttributeError, OverflowError, struct.error)
-_ENCODED = {"capacity": ("capacity_facts", CAPACITY_COLUMNS), "utilization": ("utilization_facts", UTILIZATION_COLUMNS),
-            "health": ("gpu_health_facts", HEALTH_COLUMNS)}  # the kinds ``write_encoded`` takes
+# The columns of each fact kind's table (sinks/isolate.py ``TABLES`` names the table).
+_COLUMNS = {"capacity": CAPACITY_COLUMNS, "utilization": UTILIZATION_COLUMNS, "requests": REQUEST_COLUMNS,
+            "demand": DEMAND_COLUMNS, "models": MODEL_COLUMNS, "health": HEALTH_COLUMNS,
+            "health_incidents": INCIDENT_COLUMNS}
 
 
 def store_error(exc: BaseException, what: str, table: str = "") -> StoreError:
@@ -159,20 +162,15 @@ class ClickHouseStore:
             raise store_error(exc, f"{self.db}.{table} cannot be used", table) from exc
 
     def write_facts(self, batch: FactBatch) -> None:
-        for table, columns, facts in (("capacity_facts", CAPACITY_COLUMNS, batch.capacity),
-                                      ("utilization_facts", UTILIZATION_COLUMNS, batch.utilization),
-                                      ("request_facts", REQUEST_COLUMNS, batch.requests),
-                                      ("demand_facts", DEMAND_COLUMNS, batch.demand),
-                                      ("gpu_health_facts", HEALTH_COLUMNS, batch.health),
-                                      ("gpu_health_incidents", INCIDENT_COLUMNS, batch.health_incidents),
-                                      ("model_facts", MODEL_COLUMNS, batch.models)):
+        for kind, table in TABLES.items():
+            facts, columns = getattr(batch, kind), _COLUMNS[kind]
             if facts:  # column by column (a C-level map per column; no row lists to pivot back)
                 self.insert(table, [list(map(attrgetter(c), facts)) for c in columns], columns, column_oriented=True)
 
     def write_encoded(self, kind: str, container: bytes) -> None:
         """Facts of ``kind`` as an Avro object container file (streams/fact_codec.py
         ``container``): ClickHouse reads the records itself, no row is built here."""
-        table, columns = _ENCODED[kind]
+        table, columns = TABLES[kind], _COLUMNS[kind]
         try:
             self.client.raw_insert(f"{self.db}.{table}", columns, container, fmt="Avro")
         except (ClickHouseError, OSError) + _SERIALIZATION as exc:
