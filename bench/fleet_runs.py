@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from gpuledger.bench.fleet import clear_prefix
-from gpuledger.bench.proc_monitor import TreeMonitor, log, timed_process
+from gpuledger.bench.proc_monitor import log, start_monitored, timed_process
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.topics import Topics, ensure_topics
@@ -69,11 +69,7 @@ def live_run(n: int, gpus: int, minutes: float, cadence_s: float, pr_cadence_s: 
     log_path = home / "process.log"
     cmd = [*gpuledger, "process", "--workers", str(n)]
     log(f"live: {' '.join(cmd)} on topics {prefix}.* (log {log_path})")
-    with log_path.open("wb") as sink_log:
-        proc = subprocess.Popen(cmd, env=run_env, stdout=sink_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    monitor = TreeMonitor(proc.pid, log_path)
-    monitor.start()
+    proc, monitor = start_monitored(cmd, run_env, log_path)
     result: dict = {"workers": n, "gpus": gpus, "minutes": minutes, "cadence_s": cadence_s, "home": str(home),
                     "topic_prefix": prefix}
     try:
@@ -106,8 +102,7 @@ def live_run(n: int, gpus: int, minutes: float, cadence_s: float, pr_cadence_s: 
         raise RuntimeError(f"live: no freshness line in {log_path}")
     facts, p50, p99, worst = found[-1]
     result.update(utilization_facts=int(facts), p50_s=float(p50), p99_s=float(p99), max_s=worst,
-                  peak_rss_by_process={f"{monitor.names.get(p, '?')}[{p}]": round(kb / 2**20, 2)
-                                       for p, kb in sorted(monitor.hwm_kb.items())})
+                  peak_rss_by_process=monitor.peak_rss_gib())
     log(f"live: {result}")
     return result
 

@@ -56,6 +56,10 @@ class TreeMonitor(threading.Thread):
                 continue
         return alive
 
+    def peak_rss_gib(self) -> dict[str, float]:
+        """Each process's polled peak RSS, by ``name[pid]``."""
+        return {f"{self.names.get(p, '?')}[{p}]": round(kb / 2**20, 2) for p, kb in sorted(self.hwm_kb.items())}
+
     def run(self) -> None:
         last_note = time.monotonic()
         while not self.done.is_set():
@@ -66,6 +70,18 @@ class TreeMonitor(threading.Thread):
                 log(f"  [{len(self.hwm_kb)} process(es), peak RSS {max(self.hwm_kb.values(), default=0) / 2**20:.2f} "
                     f"GiB] {tail[-1] if tail else ''}")
             self.done.wait(0.5)
+
+
+def start_monitored(cmd: list[str], run_env: dict, log_path: Path,
+                    stdout_path: Path | None = None) -> tuple[subprocess.Popen, TreeMonitor]:
+    """``cmd`` started in a session of its own (stderr, and stdout unless ``stdout_path`` is
+    given, to ``log_path``) with a monitor of every process of that session."""
+    with log_path.open("wb") as out, (stdout_path or log_path).open("ab") as stdout:
+        proc = subprocess.Popen(cmd, env=run_env, stdout=stdout if stdout_path else out, stderr=out,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    monitor = TreeMonitor(proc.pid, log_path)
+    monitor.start()
+    return proc, monitor
 
 
 def cpu_ticks(pid: int | None) -> int:
@@ -88,12 +104,8 @@ def timed_process(label: str, cmd: list[str], run_env: dict, log_path: Path, tim
     every process of the session."""
     log(f"{label}: {' '.join(shlex.quote(c) for c in cmd)}  (log {log_path})")
     broker0 = cpu_ticks(BROKER_PID[0])
-    with log_path.open("wb") as out, (stdout_path or log_path).open("ab") as stdout:
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=run_env, stdout=stdout if stdout_path else out, stderr=out,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    monitor = TreeMonitor(proc.pid, log_path)
-    monitor.start()
+    started = time.perf_counter()
+    proc, monitor = start_monitored(cmd, run_env, log_path, stdout_path)
     killer = threading.Timer(timeout_s, lambda: (log(f"{label}: over {timeout_s:.0f} s; stopping it"),
                                                   os.killpg(proc.pid, signal.SIGTERM)))
     killer.start()
@@ -125,8 +137,7 @@ def timed_process(label: str, cmd: list[str], run_env: dict, log_path: Path, tim
     return {"command": " ".join(cmd), "exit": proc.returncode, "wall_s": round(wall, 2),
             "cpu_s": round(cpu_s, 1), "cpu_pct": round(100 * cpu_s / wall), "processes": len(monitor.hwm_kb),
             "peak_rss_gib": round(peak_kb / 2**20, 2),
-            "peak_rss_by_process": {f"{monitor.names.get(p, '?')}[{p}]": round(kb / 2**20, 2)
-                                    for p, kb in sorted(monitor.hwm_kb.items())},
+            "peak_rss_by_process": monitor.peak_rss_gib(),
             "cpu_s_by_process": {f"{monitor.names.get(p, '?')}[{p}]": round(t / CLK_TCK, 1)
                                  for p, t in sorted(monitor.ticks.items())},
             "broker_cpu_s": round(broker_cpu_s, 1)}
