@@ -16,6 +16,7 @@ the fault. A schema with any other type gets no compiled writer (``None``).
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 
@@ -135,19 +136,37 @@ def _read_varint(raw: bytes, p: int) -> tuple[int, int]:
     raise NotFast
 
 
+# The varints of a ``long`` (< 2**64 once zigzagged: at most 10 bytes, the tenth 0 or 1) and of
+# an ``int`` (< 2**32: at most 5 bytes, the fifth below 16) whose first byte is >= 0x80: where
+# one ends, or None, without building its value.
+_LONG_END = re.compile(rb"[\x80-\xff]{1,8}[\x00-\x7f]|[\x80-\xff]{9}[\x00\x01]").match
+_INT_END = re.compile(rb"[\x80-\xff]{1,3}[\x00-\x7f]|[\x80-\xff]{4}[\x00-\x0f]").match
+
+
+def _check_string(indent: str) -> list[str]:
+    """Steps over a string at ``p`` inside a run of bytes checked as UTF-8 at once (from ``s``):
+    a one-byte length is ASCII, so the run stays valid UTF-8 exactly when every string in it
+    is; a longer length ends the run (what came before is checked, then the string alone)."""
+    i = indent
+    return [f"{i}b = raw[p]", f"{i}if b < 128:", f"{i}    if b & 1:", f"{i}        raise NotFast",
+            f"{i}    p += 1 + (b >> 1)", f"{i}    if p > L:", f"{i}        raise NotFast", f"{i}else:",
+            f"{i}    raw[s:p].decode()", f"{i}    n, p = R(raw, p)", f"{i}    e = p + n",
+            f"{i}    if n < 0 or e > L:", f"{i}        raise NotFast", f"{i}    raw[p:e].decode()", f"{i}    p = s = e"]
+
+
 def _check_value(kind: str, indent: str, keep: bool) -> list[str] | None:
     """Statements that step over a value of Avro type ``kind`` at ``p``, checking it."""
     if kind == "string":
-        return [f"{indent}b = raw[p]", f"{indent}if b < 128:", f"{indent}    n = b >> 1 if not b & 1 else -1",
-                f"{indent}    p += 1", f"{indent}else:", f"{indent}    n, p = R(raw, p)",
-                f"{indent}e = p + n", f"{indent}if n < 0 or e > L:", f"{indent}    raise NotFast",
-                f"{indent}raw[p:e].decode()", f"{indent}p = e"]
+        return _check_string(indent)
     if kind in _RANGES:
-        lo, hi = _RANGES[kind]
-        out = [f"{indent}b = raw[p]", f"{indent}if b < 128:", f"{indent}    v = (b >> 1) ^ -(b & 1)",
-               f"{indent}    p += 1", f"{indent}else:", f"{indent}    v, p = R(raw, p)",
-               f"{indent}    if v < {lo} or v > {hi}:", f"{indent}        raise NotFast"]
-        return out + ([f"{indent}kept = v"] if keep else [])
+        if keep:
+            lo, hi = _RANGES[kind]
+            return [f"{indent}b = raw[p]", f"{indent}if b < 128:", f"{indent}    v = (b >> 1) ^ -(b & 1)",
+                    f"{indent}    p += 1", f"{indent}else:", f"{indent}    v, p = R(raw, p)",
+                    f"{indent}    if v < {lo} or v > {hi}:", f"{indent}        raise NotFast", f"{indent}kept = v"]
+        end = "LE" if kind == "long" else "IE"
+        return [f"{indent}if raw[p] < 128:", f"{indent}    p += 1", f"{indent}else:", f"{indent}    m = {end}(raw, p)",
+                f"{indent}    if m is None:", f"{indent}        raise NotFast", f"{indent}    p = m.end()"]
     if kind == "double":
         return [f"{indent}v = UD(raw, p)[0]", f"{indent}if v - v != 0.0:", f"{indent}    raise NotFast",
                 f"{indent}p += 8"]
@@ -159,16 +178,27 @@ def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[by
     flat ``schema`` and nothing more: every string valid UTF-8, every double finite, every
     integer within its type, no trailing bytes; it returns the value of the integer field
     ``keep`` (None without one) and raises (``NotFast``, ``IndexError``, ``UnicodeDecodeError``,
-    ``struct.error``) on anything else. None when the schema holds a type it does not cover."""
+    ``struct.error``) on anything else. None when the schema holds a type it does not cover.
+
+    Consecutive string fields (and the union branches between them) are checked as UTF-8 in
+    one ``decode`` of the bytes they span, not one per string."""
     lines = ["def check(raw):", f"    if raw[:{len(header)}] != H:", "        raise NotFast",
              f"    p, L, kept = {len(header)}, len(raw), None"]
+    in_run = False  # a run of strings is open: bytes from ``s`` to ``p`` are still to be checked
     for f in schema["fields"]:
         t, k = f["type"], f["name"] == keep
+        nullable = isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str)
+        kind = t if isinstance(t, str) else t[1 - t.index("null")] if nullable else None
+        if kind == "string" and not in_run:
+            lines.append("    s = p")
+        elif kind != "string" and in_run:
+            lines.append("    raw[s:p].decode()")
+        in_run = kind == "string"
         if isinstance(t, str):
             code = _check_value(t, "    ", k)
-        elif isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str):
+        elif nullable:
             null_at = t.index("null")
-            code = _check_value(t[1 - null_at], "        ", k)
+            code = _check_value(kind, "        ", k)
             if code is not None:
                 code = ["    b = raw[p]", "    p += 1", f"    if b == {2 * (1 - null_at)}:", *code,
                         f"    elif b != {2 * null_at}:", "        raise NotFast"]
@@ -177,7 +207,10 @@ def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[by
         if code is None:
             return None
         lines += code
+    if in_run:
+        lines.append("    raw[s:p].decode()")
     lines += ["    if p != L:", "        raise NotFast", "    return kept"]
-    scope = {"H": header, "R": _read_varint, "UD": struct.Struct("<d").unpack_from, "NotFast": NotFast}
+    scope = {"H": header, "R": _read_varint, "UD": struct.Struct("<d").unpack_from, "NotFast": NotFast,
+             "LE": _LONG_END, "IE": _INT_END}
     exec(compile("\n".join(lines), f"<avro checker {schema.get('name', '?')}>", "exec"), scope)  # noqa: S102
     return scope["check"]

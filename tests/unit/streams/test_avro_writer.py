@@ -10,7 +10,7 @@ import typing
 import fastavro
 import pytest
 
-from gpuledger.streams.avro_writer import NotFast, compile_writer
+from gpuledger.streams.avro_writer import NotFast, compile_checker, compile_writer
 from gpuledger.streams.fact_codec import _CODECS, FACT_CLASSES, FACT_KINDS, FactCodecError, decode_facts, encode_fact
 
 STRINGS = ["", "a", "node-17", "GPU-5e1f0000-dead-4bee-8000-00000000beef", "ü", "日本語", "🚀 rocket", "x" * 200,
@@ -153,3 +153,94 @@ def _branch(good: bytes, fact) -> bytes:
     p += 1
     assert good[p] == 2  # sm_active_ratio: the double branch
     return good[:p] + b"\x04" + good[p + 1:]
+
+
+def test_the_checker_refuses_bad_utf8_wherever_it_sits_in_a_run_of_strings():
+    """Strings are checked in runs: a sequence cut at a string's end, a stray continuation byte
+    at a string's start, and a bad byte in a string too long for a one-byte length are each
+    refused, as decoding refuses them."""
+    kind = "utilization"
+    check = _CODECS[kind].checker
+    base = replace_nulls(_random_fact(kind, random.Random(5)))
+    base = dataclasses.replace(base, **{f.name: "x" for f in dataclasses.fields(base) if isinstance(getattr(base, f.name), str)})
+    cases = {"cut sequence then next string": dict(cluster_id="aé", node="x"),
+             "continuation byte first": dict(node="é"),
+             "long string": dict(reason="r" * 100 + "é" + "s" * 50),
+             "string before the integers": dict(src_topic="t" * 70 + "é")}
+    for name, change in cases.items():
+        fact = dataclasses.replace(base, **change)
+        good = encode_fact(kind, fact)
+        assert check(good) == fact.observed_at_ms, name
+        if name == "cut sequence then next string":  # "aé" is 61 c3 a9: the string now ends on a lead byte
+            bad = good.replace(b"\x06a\xc3\xa9", b"\x06aa\xc3", 1)
+        elif name == "continuation byte first":
+            bad = good.replace(b"\xc3\xa9", b"\xa9\xa9", 1)
+        else:
+            bad = good.replace(b"\xc3\xa9", b"\xc3(", 1)
+        assert bad != good and len(bad) == len(good), name
+        with pytest.raises(UnicodeDecodeError):
+            check(bad)
+        errors = []
+        decode_facts(kind, [bad], lambda *e: errors.append(e))
+        assert errors, f"{name}: decoding refuses it too"
+
+
+def test_whatever_the_checker_takes_decoding_takes():
+    """Random corruption of fact bodies: any value the checker passes is a fact that decoding
+    takes, with the same kept value (the sink hands the checked bytes to ClickHouse, so it must
+    never pass what the fact-by-fact path would refuse)."""
+    rng = random.Random(11)
+    passed = refused = 0
+    for kind in ("capacity", "utilization", "health"):
+        check = _CODECS[kind].checker
+        for _ in range(300):
+            fact = _random_fact(kind, rng)
+            raw = bytearray(encode_fact(kind, fact))
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                i = rng.randrange(5, len(raw))
+                raw[i] = rng.choice([rng.randrange(256), raw[i] ^ 0x80, raw[i] ^ 0x01, 0x80, 0xFF, 0x00])
+            raw = bytes(raw)
+            try:
+                kept = check(raw)
+            except Exception:  # noqa: BLE001 — refused: the general path decides
+                refused += 1
+                continue
+            passed += 1
+            facts = decode_facts(kind, [raw])  # raises if decoding refuses it
+            assert kept == (facts[0].observed_at_ms if kind == "utilization" else None)
+    assert passed > 50 and refused > 50, (passed, refused)
+
+
+@pytest.mark.parametrize(("kind", "field", "varint", "ok"), [
+    ("utilization", "src_partition", b"\xff\xff\xff\xff\x0f", True),  # -2**31: the fifth byte below 16
+    ("utilization", "src_partition", b"\xfe\xff\xff\xff\x1f", False),  # 2**32 once zigzagged: not an int
+    ("utilization", "src_offset", b"\xff" * 9 + b"\x01", True),  # -2**63
+    ("utilization", "src_offset", b"\xff" * 9 + b"\x02", False),  # past 64 bits
+    ("utilization", "src_offset", b"\xff" * 10 + b"\x00", False),  # an eleventh byte
+])
+def test_the_checker_takes_integers_at_their_types_edges_and_nothing_past(kind, field, varint, ok):
+    codec = _CODECS[kind]
+    fact = dataclasses.replace(replace_nulls(_random_fact(kind, random.Random(2))), src_partition=5, src_offset=77)
+    good = encode_fact(kind, fact)
+    old = {"src_partition": b"\x0a\x9a\x01", "src_offset": b"\x9a\x01"}[field]  # partition 5 then offset 77
+    assert good.endswith(b"\x0a\x9a\x01")
+    bad = good[:-len(old)] + (varint + b"\x9a\x01" if field == "src_partition" else varint)
+    if ok:
+        codec.checker(bad)
+        assert encode_fact(kind, decode_facts(kind, [bad])[0]) == bad
+    else:
+        with pytest.raises(Exception):  # noqa: B017,PT011
+            codec.checker(bad)
+
+
+def test_a_record_that_ends_in_strings_has_its_last_run_checked():
+    schema = {"type": "record", "name": "T", "fields": [{"name": "n", "type": "long"},
+                                                         {"name": "a", "type": "string"},
+                                                         {"name": "b", "type": ["null", "string"]}]}
+    check = compile_checker(schema, b"H")
+    assert check is not None
+    good = b"H" + b"\x02" + b"\x02x" + b"\x02" + b"\x04\xc3\xa9"  # n=1, a="x", b="é"
+    assert check(good) is None
+    for bad in (b"H\x02\x02x\x02\x04\xc3(", b"H\x02\x02\xc3\x02\x04\xc3\xa9"):
+        with pytest.raises(UnicodeDecodeError):
+            check(bad)
