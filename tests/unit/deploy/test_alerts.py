@@ -1,7 +1,9 @@
 """The Prometheus alert rules, their promtool unit tests and the Alertmanager routing, checked
-with the real tools (Debian's `prometheus` and `prometheus-alertmanager` packages), plus two
-contracts no tool checks: every series a rule reads is one gpuledger exports, and every
-alert's owner is routed to that owner's receiver."""
+with the real tools (Debian's `prometheus` and `prometheus-alertmanager` packages), plus
+contracts no tool checks: every series a rule reads is one gpuledger exports, every alert's
+owner is routed to that owner's receiver, a node's GPU alerts are grouped by cluster and node,
+and the inhibit rules (evaluated here as Alertmanager's inhibitor does: amtool cannot) hold
+back exactly the alerts of a node already unavailable."""
 
 from __future__ import annotations
 
@@ -206,3 +208,108 @@ def test_an_inhibition_with_equal_labels_only_targets_alerts_that_carry_them():
                         f"the inhibition by {rule['source_matchers']} can never hold it back")
                     checked += 1
     assert checked >= 3
+
+
+def _static_labels(alertname: str, **labels: str) -> dict[str, str]:
+    """An alert as Alertmanager receives it: its rule's static labels and the labels its
+    expression keeps. Where an alert has several rules, the given labels pick one (``signal``,
+    ``slo``)."""
+    (static,) = {tuple(sorted(r["labels"].items())) for r in rules() if r["alert"] == alertname
+                 and all(labels.get(k, v) == v for k, v in r["labels"].items())}
+    return {"alertname": alertname, **dict(static), **labels}
+
+
+def _route_taken(labels: dict[str, str]) -> tuple[dict, list[str]]:
+    """The route amtool sends an alert to, and its effective group_by (inherited from the
+    routes above it where it names none). amtool prints the matchers of each route taken;
+    they are found again in the config to read what amtool does not print."""
+    done = run(tool("amtool", "prometheus-alertmanager"), "config", "routes", "test",
+               f"--config.file={ALERTMANAGER_CONFIG}", "--tree", *(f"{k}={v}" for k, v in labels.items()))
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = re.findall(r"(\{[^\n]*\})", done.stdout)
+    route = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["route"]
+    group_by = route["group_by"]
+    for matchers in printed:
+        (route,) = [r for r in route.get("routes", []) if "{" + ", ".join(r["matchers"]) + "}" == matchers]
+        group_by = route.get("group_by", group_by)
+    return route, group_by
+
+
+def _group_key(labels: dict[str, str]) -> tuple:
+    route, group_by = _route_taken(labels)
+    return tuple(route.get("matchers", ())), tuple((k, labels.get(k, "")) for k in group_by)
+
+
+def test_a_nodes_gpu_health_alerts_are_one_notification_per_cluster_and_node():
+    xid_a = _static_labels("GpuHealthIncident", signal="xid", cluster_id="c1", node="n1", gpu_uuid="GPU-a", gpu="0")
+    route, group_by = _route_taken(xid_a)
+    assert route["matchers"] == ['alertname=~"GpuHealthIncident|GpuThrottled"']
+    assert group_by == ["cluster_id", "node"]
+    ecc_b = _static_labels("GpuHealthIncident", signal="ecc", cluster_id="c1", node="n1", gpu_uuid="GPU-b", gpu="1")
+    throttled = _static_labels("GpuThrottled", cluster_id="c1", node="n1", gpu_uuid="GPU-c", gpu="2")
+    other_node = _static_labels("GpuHealthIncident", signal="xid", cluster_id="c1", node="n2", gpu_uuid="GPU-d", gpu="0")
+    other_cluster = {**xid_a, "cluster_id": "c2"}
+    assert _group_key(xid_a) == _group_key(ecc_b) == _group_key(throttled)  # one page for node n1
+    assert len({_group_key(x) for x in (xid_a, other_node, other_cluster)}) == 3
+    # the platform team's other alerts keep their own grouping
+    lag = {"alertname": "ConsumerLagHigh", "owner": "platform", "severity": "warning", "cluster_id": "c1", "node": "n1"}
+    assert _route_taken(lag)[0]["matchers"] == ['owner="platform"']
+
+
+def _matches(matcher: str, labels: dict[str, str]) -> bool:
+    """One Alertmanager matcher (``name=value``, ``!=``, ``=~``, ``!~``; regexes anchored; a
+    missing label is the empty string)."""
+    m = re.fullmatch(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"?((?:[^"\\]|\\.)*)"?\s*', matcher)
+    assert m, matcher
+    name, op, value = m.groups()
+    have = labels.get(name, "")
+    if op in ("=~", "!~"):
+        return (re.fullmatch(value, have) is not None) == (op == "=~")
+    return (have == value) == (op == "=")
+
+
+def inhibited(target: dict[str, str], firing: list[dict[str, str]]) -> bool:
+    """Alertmanager's inhibitor (inhibit.go, ``Mutes``): a target is held back by a rule whose
+    target matchers it matches when a firing alert matches the rule's source matchers and
+    has the same value (missing = empty) for every `equal` label; an alert that matches both
+    sides of a rule is never held back by another such alert."""
+    for rule in yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["inhibit_rules"]:
+        if not all(_matches(m, target) for m in rule["target_matchers"]):
+            continue
+        two_sided = all(_matches(m, target) for m in rule["source_matchers"])
+        for source in firing:
+            if not all(_matches(m, source) for m in rule["source_matchers"]):
+                continue
+            if any(source.get(k, "") != target.get(k, "") for k in rule.get("equal", [])):
+                continue
+            if two_sided and all(_matches(m, source) for m in rule["target_matchers"]):
+                continue
+            return True
+    return False
+
+
+def test_matchers_are_anchored_and_negatable():
+    assert _matches('alertname=~"Gpu.*"', {"alertname": "GpuThrottled"})
+    assert not _matches('alertname=~"Gpu"', {"alertname": "GpuThrottled"})
+    assert _matches('reason!~"(?i).*maint.*"', {"reason": "rma"}) and not _matches('owner!="x"', {"owner": "x"})
+    assert _matches('node=""', {}) and not _matches('node="n1"', {})
+
+
+def test_a_critical_health_incident_holds_back_idle_and_throttle_alerts_of_its_node_only():
+    source = _static_labels("GpuHealthIncident", signal="xid", cluster_id="c1", node="n1", gpu_uuid="GPU-a", gpu="0")
+    assert source["severity"] == "critical"
+
+    def idle(cluster_id: str, node: str) -> dict[str, str]:
+        return _static_labels("AllocatedButIdle", cluster_id=cluster_id, node=node, tenant_id="t1")
+
+    assert inhibited(idle("c1", "n1"), [source])
+    assert inhibited(_static_labels("GpuThrottled", cluster_id="c1", node="n1", gpu_uuid="GPU-b", gpu="1"), [source])
+    assert not inhibited(idle("c1", "n2"), [source])  # another node of the cluster
+    assert not inhibited(idle("c2", "n1"), [source])  # a node of the same name elsewhere
+    assert not inhibited(idle("c1", "n1"), [])
+    # a warning (GPUs marked unavailable in the inventory, per cluster) holds nothing back
+    warning = _static_labels("GpuHealthIncident", signal="inventory", cluster_id="c1", reason="rma")
+    assert not inhibited(idle("c1", "n1"), [warning, {**warning, "node": "n1"}])
+    # tenant alerts that span nodes are not the node's to hold back
+    slo = _static_labels("InferenceQueueSloBreach", slo="queue", cluster_id="c1", endpoint_id="e1")
+    assert not inhibited(slo, [source])
