@@ -120,3 +120,29 @@ def test_incident_ids_are_deterministic_and_point_at_their_health_fact():
     second = HealthFold().observe(_scrape(5, XID_ERRORS=79))
     assert first == second and first[0].health_fact_id == _scrape(5, XID_ERRORS=79).fact_id
     assert replace(first[0], fact_id="") != first[0]
+
+
+def _two_gpus(t_ms: int, reasons_a: int, reasons_b: int) -> list:
+    text = "".join(f'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{gpu="{i}",UUID="{uuid}"}} {reasons}\n'
+                   for i, (uuid, reasons) in enumerate((("GPU-a", reasons_a), ("GPU-b", reasons_b))))
+    return sorted(facts(text, t_ms).values(), key=lambda f: f.gpu_uuid)
+
+
+def test_power_throttling_held_past_the_threshold_is_one_incident_on_its_gpu_and_a_shorter_one_none():
+    fold = HealthFold(throttle_min_ms=60_000)
+    brake, slowdown, sw_cap = 0x80, 0x8, 0x4
+    # GPU-a: HW power brake from 0 s to 120 s; GPU-b: HW slowdown for 50 s, then the SW power cap
+    # (ordinary) for the rest
+    timeline = [(0, brake, slowdown), (30_000, brake, slowdown), (50_000, brake | sw_cap, sw_cap),
+                (60_000, brake, sw_cap), (90_000, brake, sw_cap), (120_000, brake, sw_cap)]
+    got = [i for t, a, b in timeline for f in _two_gpus(t, a, b) for i in fold.observe(f)]
+    assert len(got) == 1
+    (i,) = got
+    assert (i.gpu_uuid, i.node, i.gpu_instance_id) == ("GPU-a", "gpu-node-1", None)
+    assert (i.observed_at_ms, i.kind, i.code, i.severity) == (60_000, "power_throttle", brake, "warning")
+    assert i.detail == "HW_POWER_BRAKE for 60 s"
+    # the episode ends when the reason clears: held again past the threshold, it is a new incident
+    again = [(i.gpu_uuid, i.observed_at_ms, i.kind) for t, a in ((130_000, 0), (140_000, slowdown),
+                                                                 (200_000, slowdown))
+             for f in _two_gpus(t, a, 0) for i in fold.observe(f)]
+    assert again == [("GPU-a", 200_000, "power_throttle")]
