@@ -1,18 +1,21 @@
 """GPU health through the pipeline into the embedded engine: real-format dcgm-exporter scrapes
 with health fields become gpu_health_facts; an injected XID 79 and a double-bit ECC error are
 critical incidents on the GPU they were injected on; the inventory reconciliation names a GPU
-only DCGM knows and an approved GPU no source mentions; the fleet gauges the alerts read count
-both."""
+only DCGM knows and an approved GPU no source mentions, in SQL and through `gpuledger inventory
+reconcile`; the fleet gauges the alerts read count both."""
 
+import orjson
 import pytest
 
 from gpuledger.demo.cluster import write_capture
+from gpuledger.domain.timeutil import format_rfc3339
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.fleet_metrics import read_fleet
 from gpuledger.sinks.health_sql import inventory_reconciliation_sql
 from health_scrapes import Fault, HealthScrapes
 from pipeline import MemoryPipeline, ingest, partitioned
 from plans import H, M, T0, truth_plan
+from stack_support import Stack
 
 pytestmark = pytest.mark.integration
 STRAY = "GPU-5e1f0000-dead-4bee-8000-00000000beef"
@@ -31,7 +34,8 @@ def test_xid_79_and_dbe_become_incidents_on_the_right_gpu_and_the_inventory_is_r
     capture = write_capture(plan, tmp_path / "capture")
     scrapes.rewrite(capture)
     topics, pub, _ = ingest(capture)
-    store = ClickHouseStore(f"chdb://{tmp_path / 'clickhouse'}")
+    stack = Stack(tmp_path / "home", "t")  # no topics: the CLI only reads the engine
+    store = ClickHouseStore(stack.dsn)
     try:
         store.ensure_schema()
         store.ensure_schema()  # the DDL is safe to run again (every start runs it)
@@ -57,3 +61,18 @@ def test_xid_79_and_dbe_become_incidents_on_the_right_gpu_and_the_inventory_is_r
                                                                        ("prod-ai-1", "not_in_inventory"): 1.0}
     finally:
         store.close()
+    frm, to = format_rfc3339(T0), format_rfc3339(T0 + H)
+    done = stack.run("inventory", "reconcile", "--from", frm, "--to", to, "--format", "json", check=False)
+    assert done.returncode == 1, done.stderr[-2000:]  # findings: the command fails, as a check should
+    assert orjson.loads(done.stdout) == {
+        "format": "gpuledger-inventory-reconciliation/1", "from": frm, "to": to,
+        "findings": [{"cluster_id": "prod-ai-1", "gpu_uuid": b3, "node": "node-b", "finding": "no_evidence",
+                      "sources": []},
+                     {"cluster_id": "prod-ai-1", "gpu_uuid": STRAY, "node": "node-b", "finding": "not_in_inventory",
+                      "sources": ["dcgm"]}]}
+    table = stack.run("inventory", "reconcile", "--from", frm, "--to", to, check=False)
+    assert table.returncode == 1
+    head, *lines = table.stdout.splitlines()
+    assert head == f"inventory reconciliation {frm} .. {to}: 2 finding(s)"
+    assert [line.split() for line in lines] == [["no_evidence", "prod-ai-1", "node-b", b3, "-"],
+                                                ["not_in_inventory", "prod-ai-1", "node-b", STRAY, "dcgm"]]
