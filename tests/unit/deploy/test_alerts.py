@@ -247,7 +247,7 @@ def test_a_nodes_gpu_health_alerts_are_one_notification_per_cluster_and_node():
     assert group_by == ["cluster_id", "node"]
     ecc_b = _static_labels("GpuHealthIncident", signal="ecc", cluster_id="c1", node="n1", gpu_uuid="GPU-b", gpu="1")
     throttled = _static_labels("GpuThrottled", cluster_id="c1", node="n1", gpu_uuid="GPU-c", gpu="2")
-    other_node = _static_labels("GpuHealthIncident", signal="xid", cluster_id="c1", node="n2", gpu_uuid="GPU-d", gpu="0")
+    other_node = {**xid_a, "node": "n2"}
     other_cluster = {**xid_a, "cluster_id": "c2"}
     assert _group_key(xid_a) == _group_key(ecc_b) == _group_key(throttled)  # one page for node n1
     assert len({_group_key(x) for x in (xid_a, other_node, other_cluster)}) == 3
