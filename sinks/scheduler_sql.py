@@ -8,18 +8,37 @@ MIG pod also names its profile. Windows are half-open ``[%(f)s, %(t)s)`` in ms; 
 belongs to the window its end falls in. Percentiles are exact, interpolated between the two
 nearest waits (``quantilesExactInclusive``: R's type 7, numpy's default, Python's
 ``statistics.quantiles(method="inclusive")``). Grafana panels on the scheduler dashboard run
-the same SQL over its time range (deploy/grafana/dashboards/scheduler-capacity.json).
+the same SQL over its time range (deploy/grafana/dashboards/scheduler-capacity.json); where a
+panel's SQL is ``as_panel`` of a function here (``PANELS``), the dashboard test holds it to
+exactly that.
 """
 
 from __future__ import annotations
 
+import textwrap
+
+from gpuledger.sinks.preemption_sql import reclaimed_by_tenant_sql, reclaimed_pods_sql
 from gpuledger.sinks.showback_sql import WAIT_OUTCOMES
 
-__all__ = ["QUANTILES", "delay_percentiles_sql", "idle_workloads_sql", "node_class_sql", "node_pressure_sql",
-           "waits_sql"]
+__all__ = ["DASHBOARD_FILTER", "PANELS", "QUANTILES", "as_panel", "delay_percentiles_sql", "idle_workloads_sql",
+           "node_class_sql", "node_pressure_sql", "waits_sql"]
 
 QUANTILES = (0.5, 0.9, 0.99)
 _Q = ", ".join(map(str, QUANTILES))
+
+
+# The scheduler dashboard's tenant and GPU class variables, as a condition on the capacity
+# facts: All (or nothing chosen) drops each (Grafana's $__conditionalAll).
+DASHBOARD_FILTER = ("$__conditionalAll(tenant_id IN (${tenant:singlequote}), $tenant) "
+                    "AND $__conditionalAll(gpu_class IN (${gpu_class:singlequote}), $gpu_class)")
+
+
+def as_panel(sql: str) -> str:
+    """A query here as a dashboard panel runs it: the window is the dashboard's time range
+    (``$__from``, ``$__to``: epoch ms) and the step its interval."""
+    first, _, rest = sql.partition("\n")
+    return "\n".join([first, textwrap.dedent(rest)]).replace("%(f)s", "$__from").replace("%(t)s", "$__to").replace(
+        "%(step)s", "($__interval_s * 1000)").strip()
 
 
 def node_class_sql(db: str) -> str:
@@ -122,3 +141,8 @@ def idle_workloads_sql(db: str) -> str:
         GROUP BY c.tenant_id, c.namespace, c.pod_name, c.pod_uid
         HAVING idle_gpu_hours > 0)
         ORDER BY idle_gpu_hours DESC, tenant_id, workload LIMIT 10"""
+
+
+# Scheduler dashboard panel title -> the function whose SQL it runs (with ``DASHBOARD_FILTER``).
+PANELS = {"Preemption and reclaim events": reclaimed_pods_sql,
+          "Preemption history by tenant": reclaimed_by_tenant_sql}
