@@ -1,0 +1,72 @@
+"""Scheduler-pressure queries on the embedded engine (chdb), on facts written with a known
+answer: the hourly unmet demand the forecast reads per GPU class (sinks/forecast_sql.py
+``unmet_hourly_sql``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuledger.domain.demand import DemandFact
+from gpuledger.domain.facts import CapacityFact, FactBatch
+from gpuledger.domain.timeutil import parse_rfc3339_ms
+from gpuledger.sinks.clickhouse import ClickHouseStore
+from gpuledger.sinks.forecast_sql import UNKNOWN_CLASS, read_forecast_inputs
+
+pytestmark = pytest.mark.integration
+
+H, M = 3_600_000, 60_000
+T0 = parse_rfc3339_ms("2026-10-01T00:00:00Z")
+HALF_HOUR = 30 * M
+OWNERS = {"alpha": ("alpha-ns", "p-alpha", "cc-alpha"), "beta": ("beta-ns", "p-beta", "cc-beta"),
+          "gamma": ("gamma-ns", "p-gamma", "cc-gamma")}
+
+
+@pytest.fixture()
+def store(tmp_path):
+    s = ClickHouseStore(f"chdb://{tmp_path / 'clickhouse'}")
+    s.ensure_schema()
+    s.insert("inventory_gpus", [["c1", f"GPU-{node}-{i}", node, cls, cls, mode, T0 - 24 * H, None, T0 - 24 * H]
+                                for node, cls, mode in (("n1", "H100-80GB", "exclusive"), ("n2", "H100-80GB", "exclusive"),
+                                                        ("m1", "A100-80GB", "mig")) for i in range(2)],
+             ["cluster_id", "gpu_uuid", "node", "model", "gpu_class", "mode", "valid_from_ms", "valid_to_ms",
+              "document_ms"])
+    yield s
+    s.close()
+
+
+def _held(fact_id: str, tenant: str, pod: str, node: str, gpu: int, a: int, b: int, **kw) -> CapacityFact:
+    ns, project, cost_center = OWNERS.get(tenant, ("", "", ""))
+    return CapacityFact(**{
+        "fact_id": fact_id, "cluster_id": "c1", "kind": "allocated", "gpu_uuid": f"GPU-{node}-{gpu}",
+        "device_id": f"GPU-{node}-{gpu}", "node": node, "gpu_class": "H100-80GB", "mode": "exclusive", "profile": "",
+        "capacity_fraction": 1.0, "valid_from_ms": a, "valid_to_ms": b, "tenant_id": tenant, "project_id": project,
+        "cost_center": cost_center, "namespace": ns, "namespace_uid": f"{ns}-uid", "pod_name": pod,
+        "pod_uid": f"uid-{pod}", "container": "main", "endpoint_id": "", "workload_kind": "pod", "confidence": "high",
+        "reason": "", "src_topic": "t", "src_partition": 0, "src_offset": 0, **kw})
+
+
+def _wait(pod: str, profile: str, instances: int, a: int, b: int, node: str = "", outcome: str = "scheduled",
+          tenant: str = "alpha") -> DemandFact:
+    return DemandFact(f"demand-{pod}-{profile}-{outcome}", "c1", tenant, OWNERS[tenant][0], pod, f"uid-{pod}", profile,
+                      instances, a, b, outcome, node, a if node else None, b if outcome == "scheduled" else None)
+
+
+def test_unmet_demand_lands_in_the_class_of_its_node_or_profile_or_unknown(store):
+    """Window 0..3 h. A 2-GPU pod waits 0:30..1:30 and is bound to n1 (H100-80GB); a 1-GPU pod
+    waits 1..3 h and is never bound (no class can be known); two 3g.40gb instances wait 0..1 h
+    unbound (A100-80GB offers the profile, at 3/7 of a GPU); a 7g.80gb instance nobody offers
+    waits 2..2:30 h (weight 1, no class). A pod's end (completed) is no wait."""
+    store.write_facts(FactBatch(
+        capacity=[_held("mig-free", "", "", "m1", 0, T0, T0 + 3 * H, kind="unallocated", gpu_class="A100-80GB",
+                        mode="mig", profile="3g.40gb", capacity_fraction=3 / 7, workload_kind="")],
+        demand=[_wait("train-0", "", 2, T0 + HALF_HOUR, T0 + 90 * M, node="n1"),
+                _wait("big-0", "", 1, T0 + H, T0 + 3 * H, outcome="ended without running"),
+                _wait("mig-0", "3g.40gb", 2, T0, T0 + H, outcome="ended without running"),
+                _wait("huge-0", "7g.80gb", 1, T0 + 2 * H, T0 + 150 * M, outcome="ended without running"),
+                _wait("train-0", "", 2, T0 + HALF_HOUR, T0 + 2 * H, node="n1", outcome="completed")]))
+    points, *_ = read_forecast_inputs(store, T0, T0 + 3 * H)
+    unmet = {k[:3]: v for k, v in points.items() if k[4] == "unmet_gpus"}
+    assert unmet == {("H100-80GB", "", "exclusive"): [(T0, 1.0), (T0 + H, 1.0)],
+                     (UNKNOWN_CLASS, "", "exclusive"): [(T0 + H, 1.0), (T0 + 2 * H, 1.0)],
+                     ("A100-80GB", "3g.40gb", "mig"): [(T0, pytest.approx(6 / 7, abs=1e-12))],
+                     (UNKNOWN_CLASS, "7g.80gb", "mig"): [(T0 + 2 * H, 0.5)]}
