@@ -110,12 +110,12 @@ def node_pressure_sql(db: str) -> str:
         ORDER BY free_while_pods_waited_gpu_hours DESC, pending_pod_hours DESC, node LIMIT 10"""
 
 
-def idle_workloads_sql(db: str) -> str:
+def idle_workloads_sql(db: str, where: str = "1") -> str:
     """Workloads (pods, VMs) ranked by idle GPU-hours in the window: GPU-hours held whose DCGM
     samples showed no SM activity (covered time x (1 - SM-active); a telemetry gap is neither
     idle nor active), with the owner (tenant, project, cost center), node and age (from its
     creation, the first of its waits; else its first held instant, to the window's end or its
-    last held instant)."""
+    last held instant). ``where``: a further condition on the capacity facts."""
     return f"""SELECT tenant_id, project_id, cost_center, namespace, workload, kind, node, age_hours,
             allocated_gpu_hours, mean_sm_active, idle_gpu_hours FROM (
         SELECT c.tenant_id AS tenant_id, any(c.project_id) AS project_id, any(c.cost_center) AS cost_center,
@@ -131,7 +131,8 @@ def idle_workloads_sql(db: str) -> str:
                      valid_from_ms, valid_to_ms, capacity_fraction AS fr, greatest(valid_from_ms, %(f)s) AS a,
                      least(valid_to_ms, %(t)s) AS b, fr * (b - a) AS gpu_ms
               FROM {db}.capacity_facts FINAL
-              WHERE kind = 'allocated' AND tenant_id != '' AND valid_to_ms > %(f)s AND valid_from_ms < %(t)s) AS c
+              WHERE kind = 'allocated' AND tenant_id != '' AND {where} AND valid_to_ms > %(f)s
+                AND valid_from_ms < %(t)s) AS c
         LEFT JOIN (SELECT capacity_fact_id, sum(span_ms) AS span, sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
                    FROM {db}.utilization_facts FINAL
                    WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
@@ -144,5 +145,6 @@ def idle_workloads_sql(db: str) -> str:
 
 
 # Scheduler dashboard panel title -> the function whose SQL it runs (with ``DASHBOARD_FILTER``).
-PANELS = {"Preemption and reclaim events": reclaimed_pods_sql,
+PANELS = {"Top idle workloads with owner and age": idle_workloads_sql,
+          "Preemption and reclaim events": reclaimed_pods_sql,
           "Preemption history by tenant": reclaimed_by_tenant_sql}

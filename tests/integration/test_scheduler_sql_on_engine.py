@@ -1,16 +1,18 @@
 """Scheduler-pressure queries on the embedded engine (chdb), on facts written with a known
-answer: the hourly unmet demand the forecast reads per GPU class (sinks/forecast_sql.py
-``unmet_hourly_sql``)."""
+answer: the idlest workloads (sinks/scheduler_sql.py ``idle_workloads_sql``, the scheduler
+dashboard's "Top idle workloads" panel) and the hourly unmet demand the forecast reads per GPU
+class (sinks/forecast_sql.py ``unmet_hourly_sql``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuledger.domain.demand import DemandFact
-from gpuledger.domain.facts import CapacityFact, FactBatch
+from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.forecast_sql import UNKNOWN_CLASS, read_forecast_inputs
+from gpuledger.sinks.scheduler_sql import idle_workloads_sql
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +47,43 @@ def _held(fact_id: str, tenant: str, pod: str, node: str, gpu: int, a: int, b: i
         "reason": "", "src_topic": "t", "src_partition": 0, "src_offset": 0, **kw})
 
 
+def _samples(cap: CapacityFact, sm: list[float]) -> list[UtilizationFact]:
+    """One sample per half hour from the fact's start, each standing for its half hour."""
+    return [UtilizationFact(f"{cap.fact_id}-s{k}", "c1", cap.gpu_uuid, cap.device_id, cap.node,
+                            cap.valid_from_ms + k * HALF_HOUR, HALF_HOUR, ratio, None, None, None, cap.fact_id,
+                            "allocated", cap.tenant_id, cap.project_id, cap.namespace, cap.pod_name, cap.pod_uid,
+                            "high", "", "t", 0, k) for k, ratio in enumerate(sm)]
+
+
 def _wait(pod: str, profile: str, instances: int, a: int, b: int, node: str = "", outcome: str = "scheduled",
           tenant: str = "alpha") -> DemandFact:
     return DemandFact(f"demand-{pod}-{profile}-{outcome}", "c1", tenant, OWNERS[tenant][0], pod, f"uid-{pod}", profile,
                       instances, a, b, outcome, node, a if node else None, b if outcome == "scheduled" else None)
+
+
+def test_the_idlest_workloads_with_owner_age_and_idle_hours(store):
+    """Window 0..4 h. alpha's train-0 holds 2 GPUs 0..2 h: GPU 0 sampled all the time at 0.5
+    SM-active, GPU 1 for its first hour only, idle (a telemetry gap is neither idle nor
+    active): 4 GPU-hours held, 3 covered, 1 active, 2 idle, mean 1/3; no wait recorded, so its
+    age runs from its first held instant (2 h). beta's nb-0 was created at 0:30 and holds 1 GPU
+    1..5 h at 0.25: 3 h in the window, 2.25 idle; age 0:30..4 h = 3.5 h (samples after the
+    window do not count). gamma's busy-0 was fully busy: no idle, not listed."""
+    train = [_held("cf-train-0", "alpha", "train-0", "n1", 0, T0, T0 + 2 * H),
+             _held("cf-train-1", "alpha", "train-0", "n1", 1, T0, T0 + 2 * H)]
+    nb = _held("cf-nb", "beta", "nb-0", "n2", 0, T0 + H, T0 + 5 * H)
+    busy = _held("cf-busy", "gamma", "busy-0", "n2", 1, T0, T0 + H)
+    store.write_facts(FactBatch(
+        capacity=[*train, nb, busy],
+        utilization=_samples(train[0], [0.5] * 4) + _samples(train[1], [0.0] * 2) + _samples(nb, [0.25] * 8)
+        + _samples(busy, [1.0] * 2),
+        demand=[_wait("nb-0", "", 1, T0 + HALF_HOUR, T0 + H, node="n2", tenant="beta")]))
+    window = {"f": T0, "t": T0 + 4 * H}
+    _, rows = store.query(idle_workloads_sql(store.db), window)
+    assert [tuple(r) for r in rows] == [
+        ("beta", "p-beta", "cc-beta", "beta-ns", "nb-0", "pod", "n2", 3.5, 3.0, 0.25, 2.25),
+        ("alpha", "p-alpha", "cc-alpha", "alpha-ns", "train-0", "pod", "n1", 2.0, 4.0, 0.333, 2.0)]
+    _, rows = store.query(idle_workloads_sql(store.db, "tenant_id IN ('alpha', 'gamma')"), window)
+    assert [r[4] for r in rows] == ["train-0"]
 
 
 def test_unmet_demand_lands_in_the_class_of_its_node_or_profile_or_unknown(store):
