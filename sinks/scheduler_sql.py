@@ -4,7 +4,8 @@ A wait is ``[created, running)`` (outcome ``scheduled``) or ``[created, ended)``
 without running``); ``scheduled_ms`` splits it into the scheduling delay (created -> bound to
 a node) and the startup delay (bound -> running: image pull, init containers, container
 start). A pod's GPU class is its node's in the inventory (empty while it was never bound); a
-MIG pod also names its profile. Windows are half-open ``[%(f)s, %(t)s)`` in ms; a wait
+MIG pod also names its profile. A wait still open is a ``pending`` fact until its wait's fact
+replaces it (``open_waits_sql`` pairs them). Windows are half-open ``[%(f)s, %(t)s)`` in ms; a wait
 belongs to the window its end falls in. Percentiles are exact, interpolated between the two
 nearest waits (``quantilesExactInclusive``: R's type 7, numpy's default, Python's
 ``statistics.quantiles(method="inclusive")``). Grafana panels on the scheduler dashboard run
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import textwrap
 
+from gpuledger.domain.demand import PENDING
 from gpuledger.sinks.preemption_sql import reclaimed_by_tenant_sql, reclaimed_pods_sql
 from gpuledger.sinks.showback_sql import WAIT_OUTCOMES
 
-__all__ = ["DASHBOARD_FILTER", "PANELS", "QUANTILES", "as_panel", "delay_percentiles_sql", "idle_workloads_sql",
-           "node_class_sql", "node_pressure_sql", "waits_sql"]
+__all__ = ["DASHBOARD_FILTER", "PANELS", "QUANTILES", "TENANT_FILTER", "as_panel", "delay_percentiles_sql",
+           "idle_workloads_sql", "node_class_sql", "node_pressure_sql", "open_waits_sql", "pending_by_age_sql",
+           "waits_sql"]
 
 QUANTILES = (0.5, 0.9, 0.99)
 _Q = ", ".join(map(str, QUANTILES))
@@ -144,7 +147,48 @@ def idle_workloads_sql(db: str, where: str = "1") -> str:
         ORDER BY idle_gpu_hours DESC, tenant_id, workload LIMIT 10"""
 
 
-# Scheduler dashboard panel title -> the function whose SQL it runs (with ``DASHBOARD_FILTER``).
-PANELS = {"Top idle workloads with owner and age": idle_workloads_sql,
-          "Preemption and reclaim events": reclaimed_pods_sql,
-          "Preemption history by tenant": reclaimed_by_tenant_sql}
+def open_waits_sql(db: str, where: str = "1") -> str:
+    """Every GPU pod's wait per profile that overlaps the window, ended or still open:
+    ``[created_ms, until_ms)``, to its running or end for a wait that ended; for one still open
+    (a pending fact and no wait fact yet, domain/demand.py) to the pod's end if a fact says it
+    ended, else to the end of its cluster's evidence (the newest capacity fact's end), with
+    ``still_pending``. ``where``: a further condition on the demand facts (``tenant_id``)."""
+    return f"""SELECT w.cluster_id AS cluster_id, w.tenant_id AS tenant_id, w.pod_uid AS pod_uid, w.profile AS profile,
+            w.created_ms AS created_ms, w.ended = 0 AS still_pending,
+            if(w.ended = 1, w.wait_end_ms, if(e.end_ms > 0, e.end_ms, x.evidence_end_ms)) AS until_ms
+        FROM (SELECT cluster_id, tenant_id, pod_uid, profile, min(waited_from_ms) AS created_ms,
+                     countIf(outcome IN ({WAIT_OUTCOMES})) > 0 AS ended,
+                     maxIf(waited_to_ms, outcome IN ({WAIT_OUTCOMES})) AS wait_end_ms
+              FROM {db}.demand_facts FINAL
+              WHERE outcome IN ({WAIT_OUTCOMES}, '{PENDING}') AND {where}
+              GROUP BY cluster_id, tenant_id, pod_uid, profile) AS w
+        LEFT JOIN (SELECT pod_uid, max(waited_to_ms) AS end_ms FROM {db}.demand_facts FINAL
+                   WHERE outcome NOT IN ({WAIT_OUTCOMES}, '{PENDING}') GROUP BY pod_uid) AS e ON e.pod_uid = w.pod_uid
+        LEFT JOIN (SELECT cluster_id, max(valid_to_ms) AS evidence_end_ms FROM {db}.capacity_facts
+                   GROUP BY cluster_id) AS x ON x.cluster_id = w.cluster_id
+        WHERE created_ms < %(t)s AND until_ms > %(f)s
+        ORDER BY created_ms, pod_uid, profile"""
+
+
+def pending_by_age_sql(db: str, where: str = "1") -> str:
+    """GPU pods pending at each ``%(step)s`` of the window (``open_waits_sql``: waits that ended
+    and waits still open), by how long they had been pending then."""
+    return f"""SELECT toDateTime(intDiv(bucket_ms, 1000)) AS time,
+          multiIf(bucket_ms - created_ms < 60000, 'under 1 min', bucket_ms - created_ms < 600000, '1-10 min',
+                  bucket_ms - created_ms < 3600000, '10-60 min', 'over 1 h') AS age,
+          uniqExact(pod_uid) AS pending_pods
+        FROM ({open_waits_sql(db, where)})
+        ARRAY JOIN range(intDiv(greatest(created_ms, %(f)s) + %(step)s - 1, %(step)s) * %(step)s,
+                         least(until_ms, %(t)s), %(step)s) AS bucket_ms
+        GROUP BY time, age
+        ORDER BY time, age"""
+
+
+# The tenant variable alone, for queries over the demand facts (they carry no GPU class).
+TENANT_FILTER = "$__conditionalAll(tenant_id IN (${tenant:singlequote}), $tenant)"
+
+# Scheduler dashboard panel title -> the function whose SQL it runs and the filter it runs with.
+PANELS = {"Top idle workloads with owner and age": (idle_workloads_sql, DASHBOARD_FILTER),
+          "Preemption and reclaim events": (reclaimed_pods_sql, DASHBOARD_FILTER),
+          "Preemption history by tenant": (reclaimed_by_tenant_sql, DASHBOARD_FILTER),
+          "Pending GPU pods by age": (pending_by_age_sql, TENANT_FILTER)}

@@ -1,9 +1,12 @@
 """Scheduler-pressure queries on the embedded engine (chdb), on facts written with a known
 answer: the idlest workloads (sinks/scheduler_sql.py ``idle_workloads_sql``, the scheduler
-dashboard's "Top idle workloads" panel) and the hourly unmet demand the forecast reads per GPU
-class (sinks/forecast_sql.py ``unmet_hourly_sql``)."""
+dashboard's "Top idle workloads" panel), the pods pending by age, those still pending too
+(``pending_by_age_sql``), and the hourly unmet demand the forecast reads per GPU class
+(sinks/forecast_sql.py ``unmet_hourly_sql``)."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pytest
 
@@ -12,7 +15,7 @@ from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.forecast_sql import UNKNOWN_CLASS, read_forecast_inputs
-from gpuledger.sinks.scheduler_sql import idle_workloads_sql
+from gpuledger.sinks.scheduler_sql import idle_workloads_sql, open_waits_sql, pending_by_age_sql
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +108,29 @@ def test_unmet_demand_lands_in_the_class_of_its_node_or_profile_or_unknown(store
                      (UNKNOWN_CLASS, "", "exclusive"): [(T0 + H, 1.0), (T0 + 2 * H, 1.0)],
                      ("A100-80GB", "3g.40gb", "mig"): [(T0, pytest.approx(6 / 7, abs=1e-12))],
                      (UNKNOWN_CLASS, "7g.80gb", "mig"): [(T0 + 2 * H, 0.5)]}
+
+
+def test_pods_still_pending_are_counted_by_age_until_the_evidence_ends(store):
+    """Window 0..3 h, evidence to 2 h. alpha's wait-0 was created at 0:10 and is still pending
+    (only its pending fact): pending until the evidence ends. beta's quick-0 waited 0:55..1:05
+    (its pending fact and its wait). alpha's gone-0 was created at 1:00 and deleted at 1:20
+    before any wait fact (its end fact): pending until then. At 0:30 wait-0 is 20 min old; at 1:00
+    wait-0 50 min, quick-0 5 min; at 1:30 wait-0 80 min; at 2:00 the evidence has ended."""
+    pending = lambda pod, a, tenant="alpha": _wait(pod, "", 1, a, a, outcome="pending", tenant=tenant)  # noqa: E731
+    store.write_facts(FactBatch(
+        capacity=[_held("cf-x", "gamma", "x-0", "n2", 0, T0, T0 + 2 * H)],
+        demand=[pending("wait-0", T0 + 10 * M), pending("quick-0", T0 + 55 * M, "beta"),
+                _wait("quick-0", "", 1, T0 + 55 * M, T0 + 65 * M, node="n2", tenant="beta"),
+                pending("gone-0", T0 + H), _wait("gone-0", "", 1, T0 + H, T0 + 80 * M, outcome="deleted")]))
+    window = {"f": T0, "t": T0 + 3 * H, "step": HALF_HOUR}
+    _, rows = store.query(open_waits_sql(store.db), window)
+    assert [(r[2], r[4], r[5], r[6]) for r in rows] == [
+        ("uid-wait-0", T0 + 10 * M, True, T0 + 2 * H), ("uid-quick-0", T0 + 55 * M, False, T0 + 65 * M),
+        ("uid-gone-0", T0 + H, True, T0 + 80 * M)]
+    _, rows = store.query(pending_by_age_sql(store.db), window)
+    assert [(int(t.timestamp() * 1000) if t.tzinfo else int(t.replace(tzinfo=dt.timezone.utc).timestamp() * 1000),
+             age, n) for t, age, n in rows] == [
+        (T0 + 30 * M, "10-60 min", 1), (T0 + H, "1-10 min", 1), (T0 + H, "10-60 min", 1),
+        (T0 + H, "under 1 min", 1), (T0 + 90 * M, "over 1 h", 1)]
+    _, rows = store.query(open_waits_sql(store.db, "tenant_id = 'beta'"), window)
+    assert [r[2] for r in rows] == ["uid-quick-0"]

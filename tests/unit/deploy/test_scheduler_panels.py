@@ -1,6 +1,6 @@
 """The scheduler dashboard's panels that are a tested query of sinks/scheduler_sql.py
 (``PANELS``) run exactly that query: the same text, over the dashboard's range, filtered by
-its tenant and GPU class variables, so a change to one is a change to the other."""
+its tenant (and GPU class) variables, so a change to one is a change to the other."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from deploy_support import REPO
 
-from gpuledger.sinks.scheduler_sql import DASHBOARD_FILTER, PANELS, as_panel
+from gpuledger.sinks.scheduler_sql import PANELS, as_panel
 
 BOARD = REPO / "deploy" / "grafana" / "dashboards" / "scheduler-capacity.json"
 
@@ -22,7 +22,8 @@ def _panels() -> dict[str, dict]:
 @pytest.mark.parametrize("title", sorted(PANELS))
 def test_the_panel_runs_the_sinks_query(title):
     (target,) = _panels()[title]["targets"]
-    assert target["rawSql"] == as_panel(PANELS[title]("gpuledger", DASHBOARD_FILTER)), (
+    query, where = PANELS[title]
+    assert target["rawSql"] == as_panel(query("gpuledger", where)), (
         f"{title!r} differs from sinks/scheduler_sql.py PANELS[{title!r}]: write the function's as_panel SQL into "
         f"{BOARD.name}")
 
