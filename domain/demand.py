@@ -14,8 +14,15 @@
   capacity facts (by ``pod_uid``): the showback counts the GPU-hours, guaranteed and
   borrowed, the cluster took back, and the cost per completed job.
 
+- a wait still open: outcome ``pending``, ``[created, created)`` (the end is not known yet),
+  made once the watch stream has passed the pod's creation while it is still waiting, so a
+  pod pending now is seen before its wait ends. Its wait's fact replaces it in what readers
+  count (the queries pair them by pod and profile); it has its own id, and every wait has one
+  (a wait whose end the stream passed in the same step gets it with its wait), so which facts
+  exist does not depend on how far the watermark moved at a time.
+
 A fact is made once its interval has ended and the watch stream has passed its end. A wait
-of no length (a pod first seen running at its creation) is no fact.
+of no length (a pod first seen running at its creation) is no fact, and has no pending fact.
 
 ``done`` holds the pods whose wait is already a fact. ``prune_done`` keeps it to the pods
 still in the book: run it after ``OwnershipBook.prune``. A pod the book forgot is never
@@ -30,9 +37,10 @@ from dataclasses import dataclass
 from gpuledger.domain.facts import fact_id
 from gpuledger.domain.k8s import OwnershipBook, PodLife
 
-__all__ = ["ENDED", "DemandFact", "closed_demand", "prune_done"]
+__all__ = ["ENDED", "PENDING", "DemandFact", "closed_demand", "prune_done"]
 
 ENDED = "ended"  # the done-key suffix and fact-id part of a pod's end
+PENDING = "pending"  # the outcome, done-key suffix and fact-id part of a wait still open
 _END_OUTCOMES = {"Succeeded": "completed", "Failed": "failed"}
 
 
@@ -48,7 +56,8 @@ class DemandFact:
     instances: int
     waited_from_ms: int
     waited_to_ms: int
-    outcome: str  # waits: scheduled, ended without running; ends: completed, failed, deleted, preempted, evicted
+    outcome: str  # waits: scheduled, ended without running (pending while open); ends: completed, failed, deleted,
+    # preempted, evicted
     node: str = ""  # the node it was bound to ("" if never)
     scheduled_ms: int | None = None  # bound (PodScheduled), within [waited_from_ms, waited_to_ms]; None if not
     running_ms: int | None = None  # started running, within the interval; None if not
@@ -83,7 +92,12 @@ def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, d
         if pod.uid in done:
             continue
         ends = [t for t in (pod.running_ms, pod.end_ms) if t is not None]
-        if not ends or min(ends) > k8s_watermark_ms:
+        closed = bool(ends) and min(ends) <= k8s_watermark_ms
+        if (f"{pod.uid}/{PENDING}" not in done and pod.start_ms <= k8s_watermark_ms
+                and (not ends or min(ends) > pod.start_ms)):
+            done.add(f"{pod.uid}/{PENDING}")
+            out += _pending(book, cluster_id, pod, asks)
+        if not closed:
             continue
         until = min(ends)
         ns = book.namespace_at(pod.namespace, pod.start_ms)
@@ -96,6 +110,15 @@ def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, d
                                       ns.tenant_id if ns else "", pod.namespace, pod.name, pod.uid, profile, n,
                                       pod.start_ms, until, outcome, **progress))
     return out
+
+
+def _pending(book: OwnershipBook, cluster_id: str, pod: PodLife, asks: list[tuple[str, int]]) -> list[DemandFact]:
+    """A wait's open facts, one per ask: what only the pod's creation says (not where or when
+    it was bound, which a later step may know and an earlier one not)."""
+    ns = book.namespace_at(pod.namespace, pod.start_ms)
+    return [DemandFact(fact_id("demand", cluster_id, pod.uid, profile, PENDING), cluster_id, ns.tenant_id if ns else "",
+                       pod.namespace, pod.name, pod.uid, profile, n, pod.start_ms, pod.start_ms, PENDING,
+                       priority_class=pod.priority_class, priority=pod.priority) for profile, n in asks]
 
 
 def prune_done(done: set[str], book: OwnershipBook) -> int:

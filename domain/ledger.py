@@ -113,8 +113,7 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         **{k: f"{e[k]:.6f}" for k in ("allocated_gpu_hours", "guaranteed_gpu_hours", "borrowed_gpu_hours",
                                       "active_gpu_hours", "idle_allocated_gpu_hours", "service_share_gpu_hours")},
         "confidence_gpu_hours": {k: f"{v:.6f}" for k, v in e["confidence_gpu_hours"].items()},
-        **({"reclaimed_gpu_hours": {k.removesuffix("_gpu_hours"): f"{v:.6f}" for k, v in e["reclaimed"].items()
-                                    if k.endswith("_gpu_hours")}} if e.get("reclaimed") else {}),
+        **({"reclaimed_gpu_hours": _reclaimed(e["reclaimed"])} if e.get("reclaimed") else {}),
         **({"daily": [_day(d) for d in e["daily"]]} if e.get("daily") else {}),
         **({"productive_by_capacity": {k: {m: f"{v:.6f}" for m, v in d.items()}
                                        for k, d in e["productive_by_capacity"].items()}}
@@ -169,6 +168,17 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "data_gaps": _gaps(showback, priced, context),
         "sources": context["sources"],
     }
+
+
+def _reclaimed(block: dict) -> dict:
+    """A tenant's GPU-hours the cluster took back (domain/preemption.py) as the document keeps
+    them: held and borrowed per outcome (``preempted``, ``preempted_borrowed``, ...), and the
+    same per GPU class for the outcomes that occurred in it."""
+    out: dict = {k.removesuffix("_gpu_hours"): f"{v:.6f}" for k, v in block.items() if k.endswith("_gpu_hours")}
+    out["by_class"] = {gpu_class: {f"{outcome}{suffix}": f"{v[key]:.6f}" for outcome, v in sorted(outcomes.items())
+                                   for suffix, key in (("", "gpu_hours"), ("_borrowed", "borrowed_gpu_hours"))}
+                       for gpu_class, outcomes in sorted(block.get("by_class", {}).items())}
+    return out
 
 
 def _day(d: dict) -> dict:

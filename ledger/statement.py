@@ -90,6 +90,19 @@ def _days(daily: list[dict] | None, summary: dict, lines: list[dict], currency: 
             f"did no work.{money}</p>{note}{daily_charts(daily, currency if priced else None)}")
 
 
+def _reclaimed_by_class(by_class: dict) -> str:
+    """The reclaimed GPU-hours per GPU class and outcome (a document closed before they were
+    kept per class has none)."""
+    rows = [(c, o, v[o], v[o + "_borrowed"]) for c, v in sorted(by_class.items())
+            for o in ("preempted", "evicted") if Decimal(v.get(o, "0"))]
+    return "" if not rows else (
+        "<table id='reclaimed-by-class'><tr><th>GPU class</th><th>outcome</th><th class='num'>GPU-hours held</th>"
+        "<th class='num'>of which borrowed</th></tr>"
+        + "".join(f"<tr><td>{escape(c)}</td><td>{o}</td><td class='num'>{escape(held)}</td>"
+                  f"<td class='num'>{escape(borrowed)}</td></tr>" for c, o, held, borrowed in rows)
+        + "</table>")
+
+
 def render_statement(doc: dict, tenant_id: str, daily: list[dict] | None = None) -> str:
     """``daily``: the tenant's per-day series for the period (domain/daily.py), drawn as charts
     next to the lines; without it the statement has no charts."""
@@ -131,7 +144,7 @@ def render_statement(doc: dict, tenant_id: str, daily: list[dict] | None = None)
         + "".join(f"<tr><td>{o}</td><td class='num'>{escape(reclaimed[o])}</td>"
                   f"<td class='num'>{escape(reclaimed[o + '_borrowed'])}</td></tr>"
                   for o in ("preempted", "evicted") if Decimal(reclaimed.get(o, "0")))
-        + "</table>")
+        + "</table>" + _reclaimed_by_class(reclaimed.get("by_class") or {}))
     outcome = summary.get("cost_per_outcome")
     per = "" if not outcome else (
         "<h2 id='per-outcome'>What your charges bought</h2><p>The period's charges (before corrections) over what "

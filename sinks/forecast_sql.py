@@ -13,11 +13,13 @@ from gpuledger.domain.capacity_plan import ServiceThroughput, parse_throughput
 from gpuledger.domain.demand_forecast import ROW_COLUMNS
 from gpuledger.domain.quota import Quota, parse_quotas
 from gpuledger.sinks.query import QueryPort
+from gpuledger.sinks.scheduler_sql import node_class_sql
 from gpuledger.sinks.showback_sql import WAIT_OUTCOMES
 
-__all__ = ["FORECAST_COLUMNS", "evidence_span_ms", "read_forecast_inputs", "write_forecast_rows"]
+__all__ = ["FORECAST_COLUMNS", "UNKNOWN_CLASS", "evidence_span_ms", "read_forecast_inputs", "write_forecast_rows"]
 
 H = 3_600_000
+UNKNOWN_CLASS = "unknown"  # the GPU class of unmet demand no node or MIG profile names
 # the hours an interval [a, b) touches inside the window, as hour indexes since 1970
 _HOURS = ("arrayJoin(range(intDiv(greatest({a}, toInt64(%(f)s)), 3600000), "
           "intDiv(least({b}, toInt64(%(t)s)) - 1, 3600000) + 1))")
@@ -49,19 +51,25 @@ def active_hourly_sql(db: str) -> str:
 
 def unmet_hourly_sql(db: str) -> str:
     """Queue pressure: GPU-equivalents of pods waiting (demand facts of waits) per class and
-    hour; a MIG profile weighs what its instances weigh in the capacity facts and belongs to
-    the class that offers it (a profile nobody offers: no class, weight 1)."""
-    return f"""SELECT p.gpu_class, d.profile, if(d.profile = '', 'exclusive', 'mig') AS mode, d.h * 3600000 AS hour_ms,
+    hour. A wait's class is the class of the node the pod was bound to (the inventory's, as
+    sinks/scheduler_sql.py gives it), else the class that offers its MIG profile, else
+    ``UNKNOWN_CLASS``: a whole-GPU pod never bound names no class (the facts do not keep what
+    the pod asked of a node). A MIG profile weighs what its instances weigh in the capacity
+    facts (a profile nobody offers: weight 1)."""
+    return f"""SELECT multiIf(n.gpu_class != '', n.gpu_class, p.gpu_class != '', p.gpu_class, '{UNKNOWN_CLASS}')
+              AS gpu_class,
+            d.profile, if(d.profile = '', 'exclusive', 'mig') AS mode, d.h * 3600000 AS hour_ms,
             sum(d.instances * if(p.weight > 0, p.weight, 1.0)
                 * ({_HOUR_MS.format(a='d.waited_from_ms', b='d.waited_to_ms')})) / 3600000 AS gpus
-        FROM (SELECT profile, instances, waited_from_ms, waited_to_ms,
+        FROM (SELECT cluster_id, node, profile, instances, waited_from_ms, waited_to_ms,
                      {_HOURS.format(a='waited_from_ms', b='waited_to_ms')} AS h
               FROM {db}.demand_facts FINAL
               WHERE outcome IN ({WAIT_OUTCOMES}) AND waited_to_ms > %(f)s AND waited_from_ms < %(t)s) AS d
+        LEFT JOIN ({node_class_sql(db)}) AS n ON n.cluster_id = d.cluster_id AND n.node = d.node
         LEFT JOIN (SELECT profile, any(gpu_class) AS gpu_class, avg(capacity_fraction) AS weight
                    FROM {db}.capacity_facts FINAL WHERE mode = 'mig' AND profile != '' GROUP BY profile) AS p
             ON p.profile = d.profile
-        GROUP BY p.gpu_class, d.profile, mode, hour_ms ORDER BY p.gpu_class, d.profile, hour_ms"""
+        GROUP BY gpu_class, d.profile, mode, hour_ms ORDER BY gpu_class, d.profile, hour_ms"""
 
 
 def productive_hourly_sql(db: str) -> str:

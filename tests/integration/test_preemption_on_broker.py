@@ -2,7 +2,9 @@
 API server writes them (DisruptionTarget condition, Failed, deleted), through the real broker,
 workers, sink and ClickHouse engine: the showback's reclaimed GPU-hours per tenant equal the
 hand-computed truth (tests/plans.py ``PREEMPTION_TRUTH``), guaranteed and borrowed split by
-the same quota sweep as the bill, and allocation is the same as without the disruptions."""
+the same quota sweep as the bill, and allocation is the same as without the disruptions. The
+scheduler dashboard's preemption queries (sinks/preemption_sql.py) give the same GPU-hours,
+held and borrowed, per pod, tenant and GPU class."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from conftest import Stack
 from gpuledger.demo.cluster import write_capture
 from gpuledger.sinks.clickhouse import ClickHouseStore
-from plans import PREEMPTION_TRUTH, M, T0, expected_allocated_hours, preemption_plan
+from gpuledger.sinks.preemption_sql import reclaimed_by_tenant_sql, reclaimed_pods_sql
+from plans import PREEMPTION_TRUTH, H, M, T0, expected_allocated_hours, preemption_plan
 
 pytestmark = pytest.mark.integration
 
@@ -63,3 +66,24 @@ def test_the_demand_facts_name_each_disruption_once(showback):
     assert [tuple(r) for r in rows] == [
         ("alpha", "train-0", "", 2, "preempted", T0 - 5_000, T0 + 60 * M),
         ("beta", "trainer-0", "", 1, "evicted", T0 + 10 * M - 5_000, T0 + 60 * M)]
+
+
+def test_the_dashboard_queries_split_the_reclaimed_hours_as_the_showback_does(showback):
+    _, _, stack = showback
+    store = ClickHouseStore(stack.dsn)
+    try:
+        window = {"f": T0, "t": T0 + 3 * H}
+        pods = [dict(zip(cols, r)) for cols, rows in [store.query(reclaimed_pods_sql("gpuledger"), window)]
+                for r in rows]
+        _, by_tenant = store.query(reclaimed_by_tenant_sql("gpuledger"), window)
+        _, only_beta = store.query(reclaimed_by_tenant_sql("gpuledger", "tenant_id = 'beta'"), window)
+    finally:
+        store.close()
+    assert [(p["tenant_id"], p["pod_name"], p["outcome"], p["gpu_class"], p["asked"], p["gpu_hours_held"],
+             p["borrowed_gpu_hours"]) for p in pods] == [
+        ("alpha", "train-0", "preempted", "H100-80GB", "2 GPU", 2.0, round(0.5 + 2 / 3, 3)),
+        ("beta", "trainer-0", "evicted", "H100-80GB", "1 GPU", round(50 / 60, 3), round(50 / 60, 3))]
+    want = sorted(((tenant, "H100-80GB", outcome, 1, round(held, 3), round(borrowed, 3))
+                   for tenant, (outcome, held, borrowed) in PREEMPTION_TRUTH.items()), key=lambda r: -r[5])
+    assert [tuple(r) for r in by_tenant] == want
+    assert [tuple(r) for r in only_beta] == [w for w in want if w[0] == "beta"]

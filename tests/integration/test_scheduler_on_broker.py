@@ -15,7 +15,7 @@ import pytest
 from conftest import Stack
 from gpuledger.demo.cluster import write_capture
 from gpuledger.sinks.clickhouse import ClickHouseStore
-from gpuledger.sinks.scheduler_sql import QUANTILES, delay_percentiles_sql, node_pressure_sql, waits_sql
+from gpuledger.sinks.scheduler_sql import QUANTILES, delay_percentiles_sql, node_pressure_sql, open_waits_sql, waits_sql
 from plans import SCHEDULER_TRUTH, H, T0, expected_allocated_hours, scheduler_plan
 
 pytestmark = pytest.mark.integration
@@ -32,10 +32,14 @@ def scheduled(broker, tmp_path_factory):
     store = ClickHouseStore(stack.dsn)
     try:
         queries = {name: store.query(fn("gpuledger"), WINDOW) for name, fn in (
-            ("waits", waits_sql), ("percentiles", delay_percentiles_sql), ("nodes", node_pressure_sql))}
+            ("waits", waits_sql), ("percentiles", delay_percentiles_sql), ("nodes", node_pressure_sql),
+            ("open", open_waits_sql))}
+        _, pending = store.query("SELECT pod_uid, profile, waited_from_ms, waited_to_ms FROM gpuledger.demand_facts FINAL "
+                                 "WHERE outcome = 'pending' ORDER BY pod_uid, profile")
     finally:
         store.close()
-    return plan, doc, {name: [dict(zip(cols, r)) for r in rows] for name, (cols, rows) in queries.items()}
+    out = {name: [dict(zip(cols, r)) for r in rows] for name, (cols, rows) in queries.items()}
+    return plan, doc, {**out, "pending": [tuple(r) for r in pending]}
 
 
 def _s(a, b):
@@ -92,6 +96,15 @@ def test_the_node_ranking_sees_the_waits_bound_to_each_node(scheduled):
     assert (nodes["node-a"]["pods_bound"], nodes["node-b"]["pods_bound"]) == (2, 4)
     assert nodes["node-b"]["pending_pod_hours"] == pytest.approx(round((300 + 480 + 240 + 1200) / 3600, 3), abs=1e-9)
     assert all(r["free_while_pods_waited_gpu_hours"] > 0 for r in q["nodes"])  # big-8 waited an hour, GPUs were free
+
+
+def test_each_wait_was_pending_first_and_its_wait_replaces_it(scheduled):
+    """Every wait has its pending fact (from its creation, no end) through the broker and the
+    sink; every wait here ended, so none is still pending and each lasts as its wait did."""
+    _, _, q = scheduled
+    assert q["pending"] == sorted((w["pod_uid"], w["profile"], w["created_ms"], w["created_ms"]) for w in q["waits"])
+    assert sorted((o["pod_uid"], o["created_ms"], o["until_ms"], o["still_pending"]) for o in q["open"]) == sorted(
+        (w["pod_uid"], w["created_ms"], w["waited_to_ms"], False) for w in q["waits"])
 
 
 def test_waiting_does_not_change_what_pods_held(scheduled):

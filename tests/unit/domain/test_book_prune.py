@@ -237,8 +237,9 @@ def test_terminal_pod_deleted_hours_after_it_was_forgotten_stays_forgotten():
     book.apply("MODIFIED", pod_object("ns", "p", "u1", "n", T0, 1, "Running", mig_profile="1g.10gb"), T0 + MIN)
     book.apply("MODIFIED", pod_object("ns", "p", "u1", "n", T0, 1, "Succeeded", mig_profile="1g.10gb"), T0 + 2 * MIN)
     done: set[str] = set()
-    assert sorted(f.outcome for f in closed_demand(book, "c", T0 + 3 * MIN, done)) == ["completed", "scheduled"]
-    assert book.prune(T0 + HOUR) == 1 and prune_done(done, book) == 2 and not done and not book.pods_by_name
+    assert sorted(f.outcome for f in closed_demand(book, "c", T0 + 3 * MIN, done)) == ["completed", "pending",
+                                                                                        "scheduled"]
+    assert book.prune(T0 + HOUR) == 1 and prune_done(done, book) == 3 and not done and not book.pods_by_name
     for kind, phase, t in (("MODIFIED", "Succeeded", T0 + 2 * HOUR), ("DELETED", "Succeeded", T0 + 5 * HOUR),
                            ("MODIFIED", "Running", T0 + 6 * HOUR)):  # GC, then a resumed watch sending lines again
         book.apply(kind, pod_object("ns", "p", "u1", "n", T0, 1, phase, mig_profile="1g.10gb"), t)
@@ -294,8 +295,9 @@ def test_a_waiting_pod_keeps_the_namespace_version_it_started_under():
     assert [v.tenant_id for v in book.namespaces["team"]] == ["a", "c"]
     book.apply("MODIFIED", pod_object("team", "w", "u-w", "n", T0 + MIN, 1, "Running", mig_profile="3g.40gb"),
                T0 + 3 * HOUR)
-    (fact,) = closed_demand(book, "c", T0 + 4 * HOUR, set())
+    pending, fact = sorted(closed_demand(book, "c", T0 + 4 * HOUR, set()), key=lambda f: f.outcome)
     assert fact.tenant_id == "a" and fact.waited_from_ms == T0 + MIN and fact.outcome == "scheduled"
+    assert (pending.tenant_id, pending.outcome) == ("a", "pending")
 
 
 def test_a_checkpoint_from_before_pruning_existed_still_loads():

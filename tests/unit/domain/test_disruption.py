@@ -88,8 +88,8 @@ def test_a_mig_pod_preempted_names_its_profile_and_keeps_its_wait():
     book.apply("MODIFIED", _status(pod, "Failed", conditions=_disrupted("PreemptionByScheduler")), T0 + 3 * H)
     facts = sorted(closed_demand(book, "c1", T0 + 3 * H, done), key=lambda f: f.outcome)
     assert [(f.profile, f.outcome, f.waited_from_ms, f.waited_to_ms) for f in facts] == [
-        ("1g.10gb", "preempted", T0, T0 + 3 * H), ("1g.10gb", "scheduled", T0, T0 + H)]
-    assert len({f.fact_id for f in facts}) == 2
+        ("1g.10gb", "pending", T0, T0), ("1g.10gb", "preempted", T0, T0 + 3 * H), ("1g.10gb", "scheduled", T0, T0 + H)]
+    assert len({f.fact_id for f in facts}) == 3
 
 
 def test_odd_condition_shapes_are_not_disruptions():

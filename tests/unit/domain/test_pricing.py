@@ -182,3 +182,38 @@ def test_a_profile_rate_it_does_not_name_is_its_class_rate():
     (line,) = [ln for ln in price([(card, cap)], held, QUOTAS, [], [], [], [], (OCT, NOV)).lines
                if ln.payer == "tenant"]
     assert (line.component, line.rate, line.amount) == ("borrowed", Decimal("1.75"), Decimal("3.50"))
+
+
+def test_a_vgpu_profile_with_rates_of_its_own_is_charged_at_them_and_central_funds_the_difference():
+    """A vGPU profile's SKU is ``class/profile`` as for MIG (sinks/showback_sql.py). 2 A100-40GB
+    for October (1,488 GPU-h, list 3.00). a (quota 1) runs an A100-20C VM (half a GPU) for 10 h:
+    5 guaranteed GPU-h at the profile's 2.40, central funds 0.60 each; b (no quota) runs one for
+    6 h, 3 borrowed GPU-h at the profile's 1.20 (central funds 1.80 each), and a whole GPU for
+    2 h at the class's borrowed 1.50 (central funds 1.50 each)."""
+    card = parse_ratecards([{"version": "v1v", "valid_from": "2026-10-01T00:00:00Z", "currency": "USD",
+                             "gpu_hour": {"A100-40GB": {"guaranteed": "3.00", "borrowed": "1.50"},
+                                          "A100-40GB/A100-20C": {"guaranteed": "2.40", "borrowed": "1.20"}}}])[0]
+    quotas = parse_quotas([{"tenant_id": "a", "gpu_class": "A100-40GB", "guaranteed_gpus": 1,
+                            "valid_from": "2026-10-01T00:00:00Z"}])
+    held = [("a", "A100-40GB", "A100-40GB/A100-20C", OCT, OCT + 10 * H, 0.5),
+            ("b", "A100-40GB", "A100-40GB/A100-20C", OCT, OCT + 6 * H, 0.5),
+            ("b", "A100-40GB", "A100-40GB", OCT + 6 * H, OCT + 8 * H, 1.0)]
+    cap = WindowCapacity(OCT, NOV, {"A100-40GB": 2 * (NOV - OCT)}, {("A100-40GB", "unallocated"): 1488 - 10.0})
+    priced = price([(card, cap)], held, quotas, [], [], [], [], (OCT, NOV))
+    lines = {(ln.payer, ln.tenant_id, ln.component, ln.sku_id): (ln.quantity, ln.rate, ln.amount)
+             for ln in priced.lines}
+    assert lines == {
+        ("tenant", "a", "guaranteed", "A100-40GB/A100-20C"): (Decimal(5), Decimal("2.40"), Decimal("12.00")),
+        ("central", "a", "subsidy", "A100-40GB/A100-20C"): (Decimal(5), Decimal("0.60"), Decimal("3.00")),
+        ("tenant", "b", "borrowed", "A100-40GB/A100-20C"): (Decimal(3), Decimal("1.20"), Decimal("3.60")),
+        ("central", "b", "subsidy", "A100-40GB/A100-20C"): (Decimal(3), Decimal("1.80"), Decimal("5.40")),
+        ("tenant", "b", "borrowed", "A100-40GB"): (Decimal(2), Decimal("1.50"), Decimal("3.00")),
+        ("central", "b", "subsidy", "A100-40GB"): (Decimal(2), Decimal("1.50"), Decimal("3.00")),
+        ("central", "", "unallocated", "A100-40GB"): (Decimal(1478), Decimal("3.00"), Decimal("4434.00"))}
+    # what the tenants pay and central funds is the list value of the hours they held
+    assert sum(ln.amount for ln in priced.lines if ln.component != "unallocated") == 10 * Decimal("3.00")
+    micro = priced.micro_gpu_hours
+    assert micro["physical"] == 1488 * 1_000_000 == micro["tenant"] + micro["unallocated"] and micro["unreconciled"] == 0
+    money = money_reconciliation(priced)
+    assert money["difference"] == 0 and money["recoverable_cost"] == Decimal("4464.00")  # 1,488 GPU-h x 3.00
+    assert (money["tenant_charges"], money["subsidies"]) == (Decimal("18.60"), Decimal("11.40"))

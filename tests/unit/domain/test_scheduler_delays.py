@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from gpuledger.demo.builder import namespace_object, pod_object
-from gpuledger.domain.demand import closed_demand
+from gpuledger.domain.demand import PENDING, closed_demand
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
@@ -44,7 +44,8 @@ def _lifecycle(book: OwnershipBook, ns: str, uid: str, created: int, bound: int 
 
 
 def _waits(book: OwnershipBook, watermark: int) -> dict:
-    return {f.pod_uid: f for f in closed_demand(book, "c1", watermark, set()) if f.outcome != "deleted"}
+    return {f.pod_uid: f for f in closed_demand(book, "c1", watermark, set())
+            if f.outcome in ("scheduled", "ended without running")}
 
 
 def test_whole_gpu_waits_split_into_scheduling_and_startup_delay_per_tenant():
@@ -67,12 +68,48 @@ def test_whole_gpu_waits_split_into_scheduling_and_startup_delay_per_tenant():
 def test_a_wait_is_a_fact_once_the_watch_has_passed_its_running_and_only_once():
     book, done = _book(), set()
     _lifecycle(book, "team-a", "a1", T0, T0 + M, T0 + 2 * M)  # observed at T0 + 2 min + 2 s
-    assert closed_demand(book, "c1", T0 + 2 * M - 1, done) == []
+    assert [f.outcome for f in closed_demand(book, "c1", T0 + 2 * M - 1, done)] == [PENDING]
     (wait,) = closed_demand(book, "c1", T0 + 2 * M, done)
     assert (wait.waited_to_ms, wait.running_ms) == (T0 + 2 * M, T0 + 2 * M)
     assert closed_demand(book, "c1", T0 + H, done) == []
     again = OwnershipBook.from_state(book.to_state())  # the state keeps the bind and the priority
     assert (again.pods["a1"].scheduled_ms, again.pods["a1"].running_ms) == (T0 + M, T0 + 2 * M)
+
+
+def test_a_pod_still_waiting_is_a_pending_fact_from_its_creation_once():
+    """Created at T0, bound at +5 min, running at +9: while the watch is between its creation
+    and its start it is pending, [T0, T0) with what its creation says (not the bind a later step
+    knows); a wait of no length has none; a MIG pod has one per profile."""
+    book, done = _book(), set()
+    _lifecycle(book, "team-a", "a1", T0, T0 + 5 * M, T0 + 9 * M, priority_class="batch-low", priority=100)
+    _lifecycle(book, "team-b", "b1", T0 + 2 * M, None, None, gpus=1, mig="1g.10gb")
+    _lifecycle(book, "team-b", "now", T0, T0, T0)  # running at its creation: no wait
+    assert closed_demand(book, "c1", T0 - 1, done) == []
+    (a1,) = closed_demand(book, "c1", T0 + M, done)
+    assert (a1.pod_uid, a1.tenant_id, a1.outcome, a1.waited_from_ms, a1.waited_to_ms, a1.instances, a1.node,
+            a1.scheduled_ms, a1.running_ms, a1.priority_class) == (
+        "a1", "alpha", PENDING, T0, T0, 2, "", None, None, "batch-low")
+    (b1,) = closed_demand(book, "c1", T0 + 6 * M, done)  # a1 is bound by now: nothing new for it
+    assert (b1.pod_uid, b1.profile, b1.instances, b1.tenant_id, b1.outcome) == ("b1", "1g.10gb", 1, "beta", PENDING)
+    assert b1.fact_id != a1.fact_id
+    (wait,) = closed_demand(book, "c1", T0 + H, done)
+    assert (wait.pod_uid, wait.outcome, wait.waited_to_ms) == ("a1", "scheduled", T0 + 9 * M)
+    assert wait.fact_id != a1.fact_id  # the wait is its own fact; readers pair them by pod and profile
+
+
+def test_the_facts_do_not_depend_on_how_far_the_watermark_moves_at_a_time():
+    def run(steps: list[int]) -> set:
+        book, done, out = _book(), set(), set()
+        _lifecycle(book, "team-a", "a1", T0, T0 + 5 * M, T0 + 9 * M)
+        _lifecycle(book, "team-b", "b1", T0 + 2 * M, None, None, end=T0 + 30 * M, gpus=1, mig="1g.10gb")
+        for wm in steps:
+            out |= set(closed_demand(book, "c1", wm, done))
+        return out
+
+    stepped = run([T0 + k * M for k in range(0, 61)])
+    assert stepped == run([T0 + H]) == run([T0 + 3 * M, T0 + 31 * M])
+    assert sorted((f.pod_uid, f.outcome) for f in stepped) == [
+        ("a1", PENDING), ("a1", "scheduled"), ("b1", "deleted"), ("b1", "ended without running"), ("b1", PENDING)]
 
 
 def test_pods_that_never_ran_have_no_startup_and_unbound_ones_no_scheduling_delay():

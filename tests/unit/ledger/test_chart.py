@@ -119,3 +119,16 @@ def test_statement_shows_the_capacity_the_cluster_took_back():
     section = page[page.index("id='reclaimed'"):page.index("How sure")]
     assert "<td>preempted</td><td class='num'>6.000000</td><td class='num'>4.500000</td>" in section
     assert "evicted" not in section.split("</p>", 1)[1]  # no row for an outcome that did not happen
+    assert "reclaimed-by-class" not in section  # a document closed before the classes were kept
+
+
+def test_statement_shows_the_capacity_taken_back_per_gpu_class():
+    doc = _ledger()
+    doc["tenants"][0]["reclaimed_gpu_hours"] = {
+        "preempted": "8.000000", "preempted_borrowed": "5.333333", "evicted": "3.000000", "evicted_borrowed": "3.000000",
+        "by_class": {"A100": {"evicted": "3.000000", "evicted_borrowed": "3.000000"},
+                     "H100": {"preempted": "8.000000", "preempted_borrowed": "5.333333"}}}
+    page = render_statement(doc, "t1")
+    table = page[page.index("id='reclaimed-by-class'"):page.index("How sure")].split("</table>", 1)[0]
+    assert re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td><td class='num'>(.*?)</td><td class='num'>(.*?)</td></tr>",
+                      table) == [("A100", "evicted", "3.000000", "3.000000"), ("H100", "preempted", "8.000000", "5.333333")]

@@ -77,7 +77,7 @@ def demand(**kw) -> DemandFact:
     book.apply("ADDED", pod, T)
     book.apply("MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "node-b"}, "status": {"phase": "Running"}},
                T + 300_000)
-    (fact,) = closed_demand(book, "prod-ai-1", T + 600_000, set())
+    (fact,) = [f for f in closed_demand(book, "prod-ai-1", T + 600_000, set()) if f.outcome == "scheduled"]
     assert (fact.tenant_id, fact.instances, fact.waited_to_ms - fact.waited_from_ms) == ("gamma", 2, 300_000)
     assert (fact.node, fact.scheduled_ms, fact.running_ms, fact.priority) == ("node-b", T + 300_000, T + 300_000, None)
     return dataclasses.replace(fact, **kw)
