@@ -7,7 +7,9 @@ reference topic (so decisions made before ``process`` ran are kept), and publish
 list as a new ``suspense`` reference document; ``process`` applies it. A tenant's hours are
 named by ``--tenant``, unattributed capacity's by ``--holder`` (``namespace/NAME``,
 ``vm/NAME``). In an open period the settled hours are booked as ``suspense_assigned``
-lines; in a closed one they become correction lines at the next close.
+lines; in a closed one they become correction lines at the next close. ``gpuledger load
+suspense FILE`` publishes a whole list, and is refused when it would drop or change a
+recorded decision (``append_only_refusal``).
 """
 
 from __future__ import annotations
@@ -98,6 +100,24 @@ def cmd_list(s: Settings, args) -> int:
         for r in it.get("reasons", ()):
             print(f"      {r['gpu_hours']:>14} GPU-h  {r['reason'] or '(no reason given)'}")
     return 0
+
+
+def append_only_refusal(recorded_raw: str | None, proposed: list) -> str | None:
+    """Why publishing the decision list ``proposed`` would rewrite the record (the recorded
+    list ``recorded_raw``, as last published), or None. A recorded list that does not parse
+    is not in force, so it binds nothing."""
+    from gpuledger.domain.suspense import parse_assignments, rewritten
+
+    try:
+        recorded = parse_assignments(orjson.loads(recorded_raw)) if recorded_raw else []
+    except ValueError:
+        return None
+    lost = rewritten(recorded, proposed)
+    if not lost:
+        return None
+    return (f"the list drops or changes {len(lost)} recorded decision(s): {', '.join(lost)}. Decisions are "
+            "append-only: publish the recorded list with new decisions after it, or use `gpuledger suspense "
+            "assign` (a new decision replaces an earlier one for the same hours) or `gpuledger suspense release`")
 
 
 def recorded_decisions(s: Settings, cluster: str) -> str | None:

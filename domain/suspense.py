@@ -18,7 +18,8 @@ all of them), to a tenant or to central, with who decided and why; a later decis
 same hours replaces it, and ``to = "suspense"`` puts them back under review (release).
 Decisions are one append-only reference document (kind ``suspense``): ``gpuledger suspense
 assign|release`` appends one and publishes the whole list, so the history of decisions is
-the topic's history. Settled hours become ``suspense_assigned`` lines at the same list amount, so
+the topic's history; a list that drops or changes a recorded decision is refused
+(``rewritten``). Settled hours become ``suspense_assigned`` lines at the same list amount, so
 both reconciliation identities still hold exactly; for a closed period they arrive as
 correction lines in the next close (domain/ledger.py ``corrections``).
 """
@@ -33,7 +34,7 @@ from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 
 __all__ = ["Assignment", "BILL_CONFIDENCE", "CONFIDENCES", "UNATTRIBUTED_POLICIES", "UNKNOWN_POLICIES",
            "billing_classes", "check_bill_confidence", "decision_for", "in_force", "parse_assignments", "period_of",
-           "settle"]
+           "rewritten", "settle"]
 
 # Of a tenant's allocated hours. Unattributed capacity has no tenant to bill: the policy says
 # whether it waits in suspense (the default) or goes to central (``UNATTRIBUTED_POLICIES``).
@@ -110,6 +111,13 @@ def parse_assignments(doc: list) -> list[Assignment]:
                              "unattributed hours), to (a tenant, central or suspense), reason, by and at (RFC 3339); "
                              "sku_id optional") from exc
     return out
+
+
+def rewritten(recorded: Iterable[Assignment], proposed: Iterable[Assignment]) -> list[str]:
+    """The ids of ``recorded`` decisions that ``proposed`` drops or changes (in order): a
+    decision list may only grow, since every decision is part of the record."""
+    now = {a.assignment_id: a for a in proposed}
+    return [a.assignment_id for a in recorded if now.get(a.assignment_id) != a]
 
 
 Key = tuple[str, str, str, str | None]  # (period, tenant or "", holder or "", SKU or None)

@@ -12,7 +12,7 @@ identities exact. After the close, ``suspense assign`` gives beta's hours to bet
 lab-ns's October hours to central: correction lines in November's close. November is still
 open when lab-ns's November hours are assigned to alpha, released back to review and then
 assigned to gamma: November's close books them as gamma's own line. The identities hold in
-both months.
+both months. ``load suspense`` refuses a list that drops or changes a recorded decision.
 
 November is priced by a card with ``committed_quota``: gamma (quota 1) holds nothing in
 November, so its 720 unused guaranteed hours are charged at 2.50 = 1,800.00 (central is
@@ -194,6 +194,31 @@ def test_suspense_list_then_assign_books_corrections_in_the_next_close(month, tm
     assert "commitments" not in october
     # the closed October is unchanged
     assert orjson.loads(stack.run("ledger", "show", "--period", "2026-10").stdout)["hash"] == october["hash"]
+
+
+def test_loading_a_decision_list_that_drops_or_changes_a_recorded_decision_is_refused(month, tmp_path):
+    stack, _ = month
+    decide(stack, "assign", "2026-12", ("--holder", LAB), "--to", "central", "--reason", "no December probes")
+    decide(stack, "release", "2026-12", ("--holder", LAB), "--reason", "there may be")
+    recorded = orjson.loads(max((stack.home / "suspense").glob("*.json"), key=lambda p: p.stat().st_mtime).read_bytes())
+    first, last = recorded[0]["assignment_id"], recorded[-1]["assignment_id"]
+
+    def load(doc: list):
+        path = tmp_path / f"suspense-{uuid.uuid4().hex[:6]}.json"
+        path.write_bytes(orjson.dumps(doc))
+        return stack.run("load", "suspense", str(path), *CLUSTER, check=False)
+
+    dropped = load(recorded[1:])
+    assert dropped.returncode == 2, dropped.stderr
+    assert "nothing published" in dropped.stderr and first in dropped.stderr and "suspense assign" in dropped.stderr
+    changed = load([*recorded[:-1], {**recorded[-1], "to": "alpha"}])
+    assert changed.returncode == 2 and last in changed.stderr and first not in changed.stderr, changed.stderr
+    extra = {**recorded[-1], "assignment_id": f"{last}-release", "to": "suspense", "reason": "reopened"}
+    appended = load([*recorded, extra])
+    assert appended.returncode == 0, appended.stderr
+    # the record now holds the appended list: dropping the new decision is refused too
+    again = load(recorded)
+    assert again.returncode == 2 and f"{last}-release" in again.stderr, again.stderr
 
 
 def test_focus_exports_with_suspense_and_corrections_pass_the_validator(month, tmp_path):

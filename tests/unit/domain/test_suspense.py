@@ -255,3 +255,15 @@ def test_a_decision_names_a_tenant_or_a_holder():
         parse_assignments([{**_holder_decision(1, "a"), "tenant_id": "b"}])
     with pytest.raises(ValueError, match="exactly one of tenant_id"):
         parse_assignments([{k: v for k, v in _decision(1, "a").items() if k != "tenant_id"}])
+
+
+def test_a_list_that_drops_or_changes_recorded_decisions_is_a_rewrite():
+    from gpuledger.domain.suspense import rewritten
+
+    recorded = parse_assignments([_decision(1, "a"), _holder_decision(2, "central"), _decision(3, "b")])
+    appended = parse_assignments([_decision(1, "a"), _holder_decision(2, "central"), _decision(3, "b"),
+                                  _decision(4, "suspense", at="2026-11-09T00:00:00Z")])
+    assert rewritten(recorded, appended) == []
+    assert rewritten(recorded, recorded[1:]) == ["d1"]
+    changed = parse_assignments([_decision(1, "a"), _holder_decision(2, "a"), {**_decision(3, "b"), "by": "someone"}])
+    assert rewritten(recorded, changed) == ["u2", "d3"]
