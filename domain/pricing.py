@@ -48,17 +48,13 @@ from gpuledger.domain.endpoints import MICRO, largest_remainder
 from gpuledger.domain.energy import energy_parts
 from gpuledger.domain.quota import Quota, entitled_gpu_hours, split_skus_by_quota
 from gpuledger.domain.timeutil import parse_rfc3339_ms
+from gpuledger.domain.under_review import (TELEMETRY_UNKNOWN, UNATTRIBUTED_TO_CENTRAL, review_hours, split_held,
+                                           unattributed_hours)
 
 __all__ = ["CENTRAL_BUCKETS", "TELEMETRY_UNKNOWN", "UNATTRIBUTED_TO_CENTRAL", "Credit", "Line", "Priced",
            "WindowCapacity", "parse_credits", "price", "rounded"]
 
 MILLION = Decimal(1_000_000)
-# In a billing policy, the pseudo-class that bills allocated hours without telemetry; without
-# it those hours are suspense like an unbilled confidence class (domain/suspense.py).
-TELEMETRY_UNKNOWN = "telemetry_unknown"
-# In a billing policy, the pseudo-class that charges unattributed capacity (allocated with no
-# tenant) to the central account directly; without it that capacity is suspense per holder.
-UNATTRIBUTED_TO_CENTRAL = "unattributed_to_central"
 # capacity no tenant was charged for, by why (see the idle classes in the showback);
 # ``unattributed`` is suspense unless the policy sends it to central
 CENTRAL_BUCKETS = ("unattributed", "unallocated", "fragmentation", "unavailable")
@@ -159,11 +155,7 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
     out = Priced(micro_gpu_hours=dict.fromkeys(("physical", "tenant", "suspense", *CENTRAL_BUCKETS, "unreconciled",
                                                 "unattributed_suspense"), 0))
     unattributed_review = bill_confidence is not None and UNATTRIBUTED_TO_CENTRAL not in bill_confidence
-    billed = [h[:6] for h in held if bill_confidence is None or len(h) < 7 or h[6] in bill_confidence]
-    review = [h[:6] for h in held if bill_confidence is not None and len(h) >= 7 and h[6] not in bill_confidence]
-    if bill_confidence is not None and TELEMETRY_UNKNOWN not in bill_confidence:
-        billed, unknown = _without_telemetry([h for h in held if len(h) < 7 or h[6] in bill_confidence])
-        review += unknown
+    billed, review = split_held(held, bill_confidence)
     versions = []
     for card, cap in windows:
         hours = split_skus_by_quota(billed, quotas, cap.from_ms, cap.to_ms)
@@ -172,8 +164,8 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
         for (tenant, gpu_class, _), (g, b) in measured.items():
             tg, tb = out.tenant_hours.get((tenant, gpu_class), (0.0, 0.0))
             out.tenant_hours[(tenant, gpu_class)] = (tg + g, tb + b)
-        allocated = _capacity_lines(card, cap, hours, out, _review_hours(review, cap.from_ms, cap.to_ms),
-                                    _unattributed_hours(cap) if unattributed_review else {})
+        allocated = _capacity_lines(card, cap, hours, out, review_hours(review, cap.from_ms, cap.to_ms),
+                                    unattributed_hours(cap.unattributed, cap.buckets) if unattributed_review else {})
         _entitlement(card, cap, measured, quotas, out)
         if card is None:
             continue
@@ -202,50 +194,6 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
             out.recoverable -= c.amount
             out.lines.append(Line("tenant", c.tenant_id, "credit", c.credit_id, "credit", Decimal(1), -c.amount,
                                   -c.amount, -c.amount, version, *span, c.reason or "credit"))
-    return out
-
-
-def _without_telemetry(held: list[tuple]) -> tuple[list[tuple], list[tuple]]:
-    """Split each held interval by the share of it its telemetry covered (9th column, 0..1;
-    None or absent: covered): the covered share bills, the rest is under review. The interval
-    keeps its span and the GPU-equivalents are scaled, so the review hours are exactly the
-    allocated hours without telemetry and the quota sweep sees the covered level."""
-    billed, unknown = [], []
-    for h in held:
-        covered = 1.0 if len(h) < 9 or h[8] is None else min(1.0, max(0.0, float(h[8])))
-        if covered > 0:
-            billed.append((*h[:5], h[5] * covered))
-        if covered < 1:
-            unknown.append((*h[:5], h[5] * (1 - covered)))
-    return billed, unknown
-
-
-def _review_hours(review: list[tuple], from_ms: int, to_ms: int) -> dict[tuple[str, str, str], float]:
-    """Under-review GPU-hours per (tenant, class, SKU) in the window."""
-    out: dict[tuple[str, str, str], float] = {}
-    for tenant, gpu_class, sku, a, b, fraction in review:
-        ms = min(b, to_ms) - max(a, from_ms)
-        if ms > 0:
-            out[(tenant, gpu_class, sku)] = out.get((tenant, gpu_class, sku), 0.0) + float(fraction) * ms / 3_600_000
-    return out
-
-
-def _unattributed_hours(cap: WindowCapacity) -> dict[str, dict[tuple[str, str], Fraction]]:
-    """Per class, its ``unattributed`` bucket split by (SKU, holder) in proportion to each
-    holder's GPU-hours, so the parts add up to the bucket exactly (the partition, and so the
-    hours identity, is the same whoever pays). A class whose bucket has no holder rows keeps
-    it whole (central)."""
-    by_class: dict[str, dict[tuple[str, str], Fraction]] = {}
-    for gpu_class, sku, holder, hours in cap.unattributed:
-        if hours > 0:
-            mine = by_class.setdefault(gpu_class, {})
-            mine[(sku, holder)] = mine.get((sku, holder), Fraction(0)) + Fraction(hours)
-    out = {}
-    for gpu_class, mine in by_class.items():
-        bucket = Fraction(max(0.0, cap.buckets.get((gpu_class, "unattributed"), 0.0)))
-        whole = sum(mine.values(), Fraction(0))
-        if bucket and whole:
-            out[gpu_class] = {k: bucket * h / whole for k, h in mine.items()}
     return out
 
 
