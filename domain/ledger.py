@@ -63,10 +63,13 @@ _PSEUDO = (TELEMETRY_UNKNOWN, UNATTRIBUTED_TO_CENTRAL)
 
 
 def _policy_doc(bill: tuple[str, ...] | None) -> dict:
+    """The policy as the document records it. ``unattributed`` is written only as
+    ``suspense``: absent, as in every document closed before it was recorded, it means
+    ``central``, so pricing such a period again under its policy reproduces its hash."""
     classes = ("high", "medium", "modeled", *_PSEUDO) if bill is None else bill
     return {"bill_confidence": [c for c in classes if c not in _PSEUDO],
             "telemetry_unknown": "bill" if TELEMETRY_UNKNOWN in classes else "suspense",
-            "unattributed": "central" if UNATTRIBUTED_TO_CENTRAL in classes else "suspense"}
+            **({} if UNATTRIBUTED_TO_CENTRAL in classes else {"unattributed": "suspense"})}
 
 
 def _hours(micro: int) -> str:
