@@ -70,7 +70,8 @@ def cmd_close(s: Settings, args) -> int:
     else:
         policy = ClosePolicy(s.close_max_unattributed_ratio, s.close_max_difference_ratio,
                              s.close_max_unpriced_gpu_hours, s.close_max_outside_inventory_gpu_hours,
-                             billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown))
+                             billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown,
+                                             s.close_unattributed))
         try:
             from gpuledger.bus.security import client_config
             from gpuledger.bus.topics import topics_for

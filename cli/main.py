@@ -87,11 +87,29 @@ def cmd_load(s: Settings, args) -> int:
 
     topics, client = topics_for(s), client_config(s)
     ensure_topics(s.kafka_bootstrap, topics, client=client)
+    if args.kind == "suspense" and (why := _suspense_rewrite(s, args)):
+        progress(f"load: suspense for cluster {args.cluster} refused, nothing published: {why}")
+        return 2
     ts = load_reference(Path(args.file), args.kind, args.cluster, KafkaPublisher(s.kafka_bootstrap, client=client),
                         topics, _wall_ms)
     progress(f"load: {args.kind} for cluster {args.cluster} published (effective from {format_rfc3339(ts)}); "
              "`gpuledger process` applies it")
     return 0
+
+
+def _suspense_rewrite(s: Settings, args) -> str | None:
+    """Why the decision list in ``args.file`` may not replace the recorded one (decisions are
+    append-only), or None; a file that does not parse is left to ``load_reference`` to refuse."""
+    import orjson
+
+    from gpuledger.cli.suspense import append_only_refusal, recorded_decisions
+    from gpuledger.domain.suspense import parse_assignments
+
+    try:
+        proposed = parse_assignments(orjson.loads(Path(args.file).read_bytes()))
+    except (OSError, ValueError):
+        return None
+    return append_only_refusal(recorded_decisions(s, args.cluster), proposed)
 
 
 def cmd_process(s: Settings, args) -> int:
@@ -168,7 +186,7 @@ def cmd_showback(s: Settings, args) -> int:
     from gpuledger.domain.suspense import billing_classes
 
     from_ms, to_ms = _window(args)
-    bill = billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown)
+    bill = billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown, s.close_unattributed)
     doc = build_showback(read_showback_rows(open_reader(s.home, s.effective_dsn()), from_ms, to_ms, bill),
                          args.tenant)
     emit(args.format, doc, lambda: render_csv(doc), lambda: render_table(doc))

@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     close_telemetry_unknown: Literal["bill", "suspense"] = Field(
         "bill", description="Allocated hours without telemetry (the device reported nothing while held): `bill` "
         "them like the rest, or put them in `suspense`, under review until `gpuledger suspense assign` settles them.")
+    close_unattributed: Literal["suspense", "central"] = Field(
+        "suspense", description="Capacity allocated with no tenant (unattributed): hold it in `suspense` per holder "
+        "(namespace or VM) until `gpuledger suspense assign` gives it to a tenant or central, or charge it to "
+        "`central` directly.")
     close_require_distinct_approver: bool = Field(
         True, description="`close --approve` refuses an approver with the preparer's name (four eyes).")
     failpoint_store_outage: tuple[float, float] | None = Field(

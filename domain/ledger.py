@@ -17,7 +17,7 @@ from decimal import Decimal
 
 import orjson
 
-from gpuledger.domain.pricing import TELEMETRY_UNKNOWN, Line, Priced
+from gpuledger.domain.pricing import TELEMETRY_UNKNOWN, UNATTRIBUTED_TO_CENTRAL, Line, Priced
 from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.domain.rows import money_reconciliation
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
@@ -47,20 +47,29 @@ class ClosePolicy:
 
 def billing_policy(doc: dict) -> tuple[str, ...] | None:
     """The confidence classes a closed document billed, with ``TELEMETRY_UNKNOWN`` when its
-    hours without telemetry billed (as they did before the policy was recorded); None (all)
-    for one closed before suspense existed, so pricing it again books no correction for the
+    hours without telemetry billed and ``UNATTRIBUTED_TO_CENTRAL`` when its unattributed
+    capacity went to central (as both did before the policy recorded them); None (all) for
+    one closed before suspense existed, so pricing it again books no correction for the
     policy alone."""
     policy = doc.get("billing_policy")
     if policy is None:
         return None
     unknown = (TELEMETRY_UNKNOWN,) if policy.get("telemetry_unknown", "bill") == "bill" else ()
-    return tuple(policy["bill_confidence"]) + unknown
+    central = (UNATTRIBUTED_TO_CENTRAL,) if policy.get("unattributed", "central") == "central" else ()
+    return tuple(policy["bill_confidence"]) + unknown + central
+
+
+_PSEUDO = (TELEMETRY_UNKNOWN, UNATTRIBUTED_TO_CENTRAL)
 
 
 def _policy_doc(bill: tuple[str, ...] | None) -> dict:
-    classes = ("high", "medium", "modeled", TELEMETRY_UNKNOWN) if bill is None else bill
-    return {"bill_confidence": [c for c in classes if c != TELEMETRY_UNKNOWN],
-            "telemetry_unknown": "bill" if TELEMETRY_UNKNOWN in classes else "suspense"}
+    """The policy as the document records it. ``unattributed`` is written only as
+    ``suspense``: absent, as in every document closed before it was recorded, it means
+    ``central``, so pricing such a period again under its policy reproduces its hash."""
+    classes = ("high", "medium", "modeled", *_PSEUDO) if bill is None else bill
+    return {"bill_confidence": [c for c in classes if c not in _PSEUDO],
+            "telemetry_unknown": "bill" if TELEMETRY_UNKNOWN in classes else "suspense",
+            **({} if UNATTRIBUTED_TO_CENTRAL in classes else {"unattributed": "suspense"})}
 
 
 def _hours(micro: int) -> str:
@@ -76,19 +85,20 @@ def _rate(x: Decimal) -> str:
 
 
 def line_doc(ln: Line) -> dict:
+    """A line as the document keeps it; ``holder`` only on unattributed capacity's lines."""
     return {"tenant_id": ln.tenant_id or None, "payer": ln.payer, "component": ln.component, "sku_id": ln.sku_id,
             "quantity": f"{ln.quantity:.6f}", "unit": ln.unit, "rate": _rate(ln.rate), "amount": _money(ln.amount),
             "list_amount": _money(ln.list_amount), "charge_class": ln.charge_class,
             "corrects_period": ln.corrects_period, "ratecard_version": ln.ratecard_version,
             "charge_period_start": format_rfc3339(ln.from_ms), "charge_period_end": format_rfc3339(ln.to_ms),
-            "description": ln.description}
+            "description": ln.description, **({"holder": ln.holder} if ln.holder else {})}
 
 
 def line_from_doc(d: dict) -> Line:
     return Line(d["payer"], d["tenant_id"] or "", d["component"], d["sku_id"], d["unit"], Decimal(d["quantity"]),
                 Decimal(d["rate"]), Decimal(d["amount"]), Decimal(d["list_amount"]), d["ratecard_version"],
                 parse_rfc3339_ms(d["charge_period_start"]), parse_rfc3339_ms(d["charge_period_end"]),
-                d["description"], d["charge_class"], d["corrects_period"])
+                d["description"], d["charge_class"], d["corrects_period"], d.get("holder") or "")
 
 
 def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: Priced, lines: list[Line],
@@ -155,7 +165,8 @@ def build_ledger(period: str, from_ms: int, to_ms: int, showback: dict, priced: 
         "reconciliation": {
             "physical_gpu_hours": _hours(micro["physical"]),
             "allocated_gpu_hours": _hours(micro["tenant"] + micro.get("suspense", 0) + micro["unattributed"]),
-            "suspense_gpu_hours": _hours(micro.get("suspense", 0)),
+            # tenants' hours under review and unattributed capacity held in suspense
+            "suspense_gpu_hours": _hours(micro.get("suspense", 0) + micro.get("unattributed_suspense", 0)),
             "unallocated_gpu_hours": _hours(micro["unallocated"] + micro["fragmentation"]),
             "unavailable_gpu_hours": _hours(micro["unavailable"]),
             "difference_gpu_hours": _hours(micro["unreconciled"]),
@@ -273,8 +284,8 @@ def content_hash(doc: dict) -> str:
 
 
 def _key(ln: Line) -> tuple:
-    return (ln.payer, ln.tenant_id, ln.component, ln.sku_id, ln.unit, ln.rate, ln.ratecard_version, ln.from_ms,
-            ln.to_ms)
+    return (ln.payer, ln.tenant_id, ln.holder, ln.component, ln.sku_id, ln.unit, ln.rate, ln.ratecard_version,
+            ln.from_ms, ln.to_ms)
 
 
 def corrections(period: str, booked: list[Line], now: list[Line]) -> list[Line]:
@@ -293,4 +304,4 @@ def corrections(period: str, booked: list[Line], now: list[Line]) -> list[Line]:
             out.append(replace(ln, quantity=quantity, amount=amount, list_amount=list_amount,
                                charge_class="Correction", corrects_period=period,
                                description=f"correction to {period}: {ln.description.split(': ', 1)[-1]}"))
-    return sorted(out, key=lambda ln: (ln.payer, ln.tenant_id, ln.component, ln.sku_id, ln.from_ms))
+    return sorted(out, key=lambda ln: (ln.payer, ln.tenant_id, ln.holder, ln.component, ln.sku_id, ln.from_ms))

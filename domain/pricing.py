@@ -13,7 +13,12 @@ over-allocation when negative). Every part is priced at the card's class rates:
   borrowed hours as a ``subsidy`` line (negative when borrowing costs more); a SKU with rates
   of its own (``gpu_hour["H100-80GB/1g.10gb"]``: a MIG or vGPU profile) is charged at them,
   and central funds their difference from the class's list rate the same way;
-- the central account pays every other part at the list rate;
+- unattributed capacity (allocated, but the evidence names no tenant) is suspense, per SKU
+  and holder (the namespace or VM that held it), at the list rate: paid by no one until a
+  decision settles it (domain/suspense.py); under a policy holding
+  ``UNATTRIBUTED_TO_CENTRAL`` the central account pays it directly instead;
+- the central account pays every other part at the list rate (capacity nobody held:
+  platform-unallocated, fragmentation, unavailable, unreconciled);
 - variable = successful requests' tokens x the per-million rates;
 - a shared endpoint's cost (its GPU-hours at the owner's blended class rate) is split to
   its consumers in whole cents by weighted tokens, and credited to the owner;
@@ -28,7 +33,7 @@ over-allocation when negative). Every part is priced at the card's class rates:
   (``commitment_recovery``): that capacity is already in a central line.
 
 So recoverable cost (physical hours x list rate + overhead + variable - credits) equals
-tenant charges + central charges + subsidies - credits, exactly, before rounding.
+tenant charges + central charges + subsidies + suspense - credits, exactly, before rounding.
 """
 
 from __future__ import annotations
@@ -43,22 +48,22 @@ from gpuledger.domain.endpoints import MICRO, largest_remainder
 from gpuledger.domain.energy import energy_parts
 from gpuledger.domain.quota import Quota, entitled_gpu_hours, split_skus_by_quota
 from gpuledger.domain.timeutil import parse_rfc3339_ms
+from gpuledger.domain.under_review import (TELEMETRY_UNKNOWN, UNATTRIBUTED_TO_CENTRAL, review_hours, split_held,
+                                           unattributed_hours)
 
-__all__ = ["CENTRAL_BUCKETS", "TELEMETRY_UNKNOWN", "Credit", "Line", "Priced", "WindowCapacity", "parse_credits", "price",
-           "rounded"]
+__all__ = ["CENTRAL_BUCKETS", "TELEMETRY_UNKNOWN", "UNATTRIBUTED_TO_CENTRAL", "Credit", "Line", "Priced",
+           "WindowCapacity", "parse_credits", "price", "rounded"]
 
 MILLION = Decimal(1_000_000)
-# In a billing policy, the pseudo-class that bills allocated hours without telemetry; without
-# it those hours are suspense like an unbilled confidence class (domain/suspense.py).
-TELEMETRY_UNKNOWN = "telemetry_unknown"
-# capacity nobody was charged for, by why (see the idle classes in the showback)
+# capacity no tenant was charged for, by why (see the idle classes in the showback);
+# ``unattributed`` is suspense unless the policy sends it to central
 CENTRAL_BUCKETS = ("unattributed", "unallocated", "fragmentation", "unavailable")
 
 
 @dataclass(frozen=True)
 class Line:
-    payer: str  # "tenant" | "central"
-    tenant_id: str  # the tenant charged, or the one a subsidy helped; "" for central capacity
+    payer: str  # "tenant" | "central" | "suspense"
+    tenant_id: str  # the tenant charged, or the one a subsidy helped; "" for central and unattributed capacity
     component: str
     sku_id: str
     unit: str  # gpu_hour | million_tokens | share | credit
@@ -72,6 +77,7 @@ class Line:
     description: str
     charge_class: str = "Regular"
     corrects_period: str | None = None
+    holder: str = ""  # unattributed capacity: the namespace or VM that held it ("namespace/x", "vm/y")
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class WindowCapacity:
     physical_ms: dict[str, int]  # class -> GPU-ms in the inventory
     buckets: dict[tuple[str, str], float]  # (class, central bucket) -> GPU-hours
     energy: tuple = ()  # (class, tenant or '' for the class's total, confidence, joules): domain/energy.py
+    unattributed: tuple = ()  # (class, SKU, holder, GPU-hours): the ``unattributed`` bucket by who held it
 
 
 @dataclass
@@ -99,7 +106,9 @@ class Priced:
     lines: list[Line] = field(default_factory=list)
     unpriced_gpu_hours: dict[str, float] = field(default_factory=dict)
     recoverable: Decimal = Decimal(0)  # computed from physical capacity, not from the lines
-    micro_gpu_hours: dict[str, int] = field(default_factory=dict)  # physical, tenant, <buckets>, unreconciled
+    # physical, tenant, suspense (tenants' hours under review), <buckets>, unreconciled, and
+    # unattributed_suspense: the part of ``unattributed`` that is under review
+    micro_gpu_hours: dict[str, int] = field(default_factory=dict)
     endpoint_cost: dict[str, Decimal] = field(default_factory=dict)
     endpoint_parts: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     tenant_hours: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (tenant, class)
@@ -141,14 +150,12 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
     share]); endpoints: (id, owner, weighted units by tenant); credits apply when their period
     starts inside ``credit_window``. Held hours of a confidence outside ``bill_confidence``
     (None: bill all), and the hours without telemetry unless it holds ``TELEMETRY_UNKNOWN``,
-    are suspense (domain/suspense.py): out of the quota sweep, priced at the list rate."""
-    out = Priced(micro_gpu_hours=dict.fromkeys(("physical", "tenant", "suspense", *CENTRAL_BUCKETS, "unreconciled"),
-                                               0))
-    billed = [h[:6] for h in held if bill_confidence is None or len(h) < 7 or h[6] in bill_confidence]
-    review = [h[:6] for h in held if bill_confidence is not None and len(h) >= 7 and h[6] not in bill_confidence]
-    if bill_confidence is not None and TELEMETRY_UNKNOWN not in bill_confidence:
-        billed, unknown = _without_telemetry([h for h in held if len(h) < 7 or h[6] in bill_confidence])
-        review += unknown
+    are suspense (domain/suspense.py): out of the quota sweep, priced at the list rate; so is
+    unattributed capacity unless it holds ``UNATTRIBUTED_TO_CENTRAL``."""
+    out = Priced(micro_gpu_hours=dict.fromkeys(("physical", "tenant", "suspense", *CENTRAL_BUCKETS, "unreconciled",
+                                                "unattributed_suspense"), 0))
+    unattributed_review = bill_confidence is not None and UNATTRIBUTED_TO_CENTRAL not in bill_confidence
+    billed, review = split_held(held, bill_confidence)
     versions = []
     for card, cap in windows:
         hours = split_skus_by_quota(billed, quotas, cap.from_ms, cap.to_ms)
@@ -157,7 +164,8 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
         for (tenant, gpu_class, _), (g, b) in measured.items():
             tg, tb = out.tenant_hours.get((tenant, gpu_class), (0.0, 0.0))
             out.tenant_hours[(tenant, gpu_class)] = (tg + g, tb + b)
-        allocated = _capacity_lines(card, cap, hours, out, _review_hours(review, cap.from_ms, cap.to_ms))
+        allocated = _capacity_lines(card, cap, hours, out, review_hours(review, cap.from_ms, cap.to_ms),
+                                    unattributed_hours(cap.unattributed, cap.buckets) if unattributed_review else {})
         _entitlement(card, cap, measured, quotas, out)
         if card is None:
             continue
@@ -189,35 +197,12 @@ def price(windows: list[tuple[RateCard | None, WindowCapacity]], held: list[tupl
     return out
 
 
-def _without_telemetry(held: list[tuple]) -> tuple[list[tuple], list[tuple]]:
-    """Split each held interval by the share of it its telemetry covered (9th column, 0..1;
-    None or absent: covered): the covered share bills, the rest is under review. The interval
-    keeps its span and the GPU-equivalents are scaled, so the review hours are exactly the
-    allocated hours without telemetry and the quota sweep sees the covered level."""
-    billed, unknown = [], []
-    for h in held:
-        covered = 1.0 if len(h) < 9 or h[8] is None else min(1.0, max(0.0, float(h[8])))
-        if covered > 0:
-            billed.append((*h[:5], h[5] * covered))
-        if covered < 1:
-            unknown.append((*h[:5], h[5] * (1 - covered)))
-    return billed, unknown
-
-
-def _review_hours(review: list[tuple], from_ms: int, to_ms: int) -> dict[tuple[str, str, str], float]:
-    """Under-review GPU-hours per (tenant, class, SKU) in the window."""
-    out: dict[tuple[str, str, str], float] = {}
-    for tenant, gpu_class, sku, a, b, fraction in review:
-        ms = min(b, to_ms) - max(a, from_ms)
-        if ms > 0:
-            out[(tenant, gpu_class, sku)] = out.get((tenant, gpu_class, sku), 0.0) + float(fraction) * ms / 3_600_000
-    return out
-
-
 def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out: Priced,
-                    review: dict[tuple[str, str, str], float]) -> dict[str, int]:
+                    review: dict[tuple[str, str, str], float],
+                    unattributed: dict[str, dict[tuple[str, str], Fraction]]) -> dict[str, int]:
     """Partition each priced class in micro-GPU-hours and price the parts; returns each
-    tenant's billed allocated micro-GPU-hours (what overhead is split by)."""
+    tenant's billed allocated micro-GPU-hours (what overhead is split by). ``unattributed``:
+    per class, the unattributed hours under review by (SKU, holder)."""
     allocated: dict[str, int] = {}
     for gpu_class in sorted({c for _, c, _ in hours} | {c for _, c, _ in review} | set(cap.physical_ms)
                             | {c for c, _ in cap.buckets}):
@@ -232,15 +217,21 @@ def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out
                 weights[("suspense", tenant, sku)] = Fraction(h)
         for bucket in CENTRAL_BUCKETS:
             weights[(bucket,)] = Fraction(max(0.0, cap.buckets.get((gpu_class, bucket), 0.0)))
+        if gpu_class in unattributed:  # under review by holder instead of one central part
+            del weights[("unattributed",)]
+            for (sku, holder), h in unattributed[gpu_class].items():
+                weights[("unattributed", holder, sku)] = h
         accounted = round(_micro(sum(weights.values(), Fraction(0))))
         parts = largest_remainder(accounted, weights)
         physical = round(Fraction(cap.physical_ms.get(gpu_class, 0) * MICRO, 3_600_000))  # GPU-ms -> micro-GPU-h
         parts[("unreconciled",)] = physical - accounted
         out.micro_gpu_hours["physical"] += physical
         for key, micro in parts.items():
-            out.micro_gpu_hours["tenant" if len(key) == 3 and key[0] != "suspense" else key[0]] += micro
-            if len(key) == 3 and key[0] != "suspense":
+            out.micro_gpu_hours["tenant" if key[0] in ("guaranteed", "borrowed") else key[0]] += micro
+            if key[0] in ("guaranteed", "borrowed"):
                 allocated[key[1]] = allocated.get(key[1], 0) + micro
+            elif len(key) == 3 and key[0] == "unattributed":
+                out.micro_gpu_hours["unattributed_suspense"] += micro
         if rates is None:
             held_h = sum(g + b for g, b in mine.values()) + sum(h for k, h in review.items() if k[1] == gpu_class)
             if held_h:
@@ -257,6 +248,11 @@ def _capacity_lines(card: RateCard | None, cap: WindowCapacity, hours: dict, out
                 _, tenant, sku = key
                 out.lines.append(Line("suspense", tenant, "suspense", sku, "gpu_hour", q, list_rate, q * list_rate,
                                       q * list_rate, *span, f"{sku} GPU-hours under review (evidence too weak to bill)"))
+            elif len(key) == 3 and key[0] == "unattributed":
+                _, holder, sku = key
+                out.lines.append(Line("suspense", "", "suspense", sku, "gpu_hour", q, list_rate, q * list_rate,
+                                      q * list_rate, *span, f"{sku} GPU-hours held by {holder} with no tenant, under "
+                                      "review (unattributed)", holder=holder))
             elif len(key) == 3:
                 kind, tenant, sku = key
                 rate = card.gpu_hour.get(sku, {}).get(kind, rates.get(kind, Decimal(0)))  # the profile's, else the class's

@@ -43,7 +43,8 @@ def price_rows(rows: dict) -> Priced:
     by_id = {c.version: c for c in cards}
     windows = [(by_id.get(w["version"]), WindowCapacity(
         w["from_ms"], w["to_ms"], {c: int(ms) for c, ms in w["physical"]},
-        {(c, bucket): h for c, bucket, h in w["buckets"]}, tuple(tuple(e) for e in w.get("energy", ()))))
+        {(c, bucket): h for c, bucket, h in w["buckets"]}, tuple(tuple(e) for e in w.get("energy", ())),
+        tuple(tuple(u) for u in w.get("unattributed", ()))))
         for w in rows.get("windows", ())]
     priced = price(windows, [tuple(r) for r in rows.get("held", ())], quotas, _tiered(rows, declarations),
                    [(b["endpoint_id"], b["owner_tenant_id"], units[b["endpoint_id"]]) for b in blocks],

@@ -7,8 +7,9 @@ quota under a committed-quota rate card is a usage commitment: its guaranteed ho
 columns (the ledger hash and the period a correction corrects). Regular lines have a null
 ChargeClass; corrections have ``Correction``. Central lines (capacity nobody was charged for,
 subsidies, undistributed overhead) bill the central account; suspense lines (hours under
-review: domain/suspense.py) bill the central account's suspense account until a decision
-moves them, as ``suspense_assigned`` usage of the tenant or central that pays. The closed period is the
+review: domain/suspense.py; unattributed capacity's tagged ``gpuledger/holder``) bill the
+central account's suspense account until a decision moves them, as ``suspense_assigned``
+usage of the tenant or central that pays. The closed period is the
 invoice: InvoiceId names the period, the billing account and the ledger hash. Checked by the
 FinOps Foundation's ``focus-validator`` (tests/integration/test_ledger_month.py).
 """
@@ -87,6 +88,8 @@ def focus_rows(doc: dict, provider: str, central_account: str) -> list[dict]:
         if ln["tenant_id"]:
             tags["gpuledger/tenant"] = ln["tenant_id"]
             tags["gpuledger/projects"] = ",".join(projects.get(ln["tenant_id"], []))
+        if ln.get("holder"):  # unattributed capacity: the namespace or VM that held it
+            tags["gpuledger/holder"] = ln["holder"]
         out.append({
             "BilledCost": ln["amount"],
             "BillingAccountId": account,

@@ -18,7 +18,7 @@ __all__ = ["diff_ledgers", "render_diff"]
 
 
 def _key(period: str, ln: Line) -> tuple:
-    return (ln.corrects_period or period, ln.payer, ln.tenant_id, ln.component, ln.sku_id, ln.unit, ln.rate,
+    return (ln.corrects_period or period, ln.payer, ln.tenant_id, ln.holder, ln.component, ln.sku_id, ln.unit, ln.rate,
             ln.ratecard_version, ln.from_ms, ln.to_ms)
 
 
@@ -41,8 +41,9 @@ def diff_ledgers(closed: list[dict], period: str, replayed: dict) -> list[dict]:
     out = []
     for key, (q_closed, q_replay, a_closed, a_replay) in sorted(totals.items(), key=lambda kv: str(kv[0])):
         if q_closed != q_replay or a_closed != a_replay:
-            of, payer, tenant, component, sku, unit, rate, version, f, t = key
-            out.append({"period": of, "payer": payer, "tenant_id": tenant or None, "component": component,
+            of, payer, tenant, holder, component, sku, unit, rate, version, f, t = key
+            out.append({"period": of, "payer": payer, "tenant_id": tenant or None,
+                        **({"holder": holder} if holder else {}), "component": component,
                         "sku_id": sku, "unit": unit, "rate": str(rate), "ratecard_version": version,
                         "charge_period_start": format_rfc3339(f), "charge_period_end": format_rfc3339(t),
                         "ledger_quantity": f"{q_closed:.6f}", "replay_quantity": f"{q_replay:.6f}",
@@ -52,7 +53,8 @@ def diff_ledgers(closed: list[dict], period: str, replayed: dict) -> list[dict]:
 
 
 def render_diff(lines: list[dict]) -> str:
-    rows = [f"{d['period']} {d['payer']:<7} {d['tenant_id'] or '-':<12} {d['component']:<14} {d['sku_id']:<20} "
+    rows = [f"{d['period']} {d['payer']:<7} {d['tenant_id'] or d.get('holder') or '-':<12} {d['component']:<14} "
+            f"{d['sku_id']:<20} "
             f"{d['unit']:<14} ledger {d['ledger_quantity']:>16} / {d['ledger_amount']:>12}   "
             f"replay {d['replay_quantity']:>16} / {d['replay_amount']:>12}   difference {d['difference']}"
             for d in lines]

@@ -125,7 +125,8 @@ def replay_period(settings: Settings, main: ClickHouseStore, period: str, into: 
     progress(f"replay {period}: read into {into} in {monotonic() - started:.1f}s; building the ledger document")
     # a closed period is priced again under the billing policy it was closed with
     bill = (billing_policy(closed) if closed is not None
-            else billing_classes(settings.close_bill_confidence.split(","), settings.close_telemetry_unknown))
+            else billing_classes(settings.close_bill_confidence.split(","), settings.close_telemetry_unknown,
+                                  settings.close_unattributed))
     doc, _ = build_document(shadow, closed_docs, cp, period, progress, bill)
     doc["status"] = "replayed"
     doc["hash"] = content_hash(doc)

@@ -9,7 +9,7 @@ from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.sinks.energy_sql import energy_sql
 from gpuledger.sinks.query import QueryPort
 
-__all__ = ["ClusterScopeError", "ShowbackRows", "read_showback_rows"]
+__all__ = ["ClusterScopeError", "ShowbackRows", "read_showback_rows", "unattributed_reasons_sql"]
 PRICING_KINDS = ("ratecards", "quotas", "credits", "endpoints", "suspense")  # reference kinds that price
 
 CLIPPED_GPU_MS = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
@@ -240,6 +240,32 @@ def class_buckets_sql(db: str) -> str:
         GROUP BY gpu_class, bucket ORDER BY gpu_class, bucket"""
 
 
+# who held unattributed capacity: a pod's namespace (pods come and go; the namespace is what
+# a tenant is found for), or the VM
+HOLDER = ("if(workload_kind = 'vm', concat('vm/', if(pod_name != '', pod_name, pod_uid)), "
+          "concat('namespace/', namespace))")
+
+
+def class_unattributed_sql(db: str) -> str:
+    """The ``unattributed`` bucket of ``class_buckets_sql`` by SKU and holder (suspense lines:
+    domain/pricing.py)."""
+    return f"""SELECT gpu_class, if(profile = '', gpu_class, concat(gpu_class, '/', profile)) AS sku,
+            {HOLDER} AS holder, sum({CLIPPED_GPU_MS}) / 3600000
+        FROM {db}.capacity_facts FINAL
+        WHERE {IN_WINDOW} AND kind = 'allocated' AND tenant_id = ''
+        GROUP BY gpu_class, sku, holder ORDER BY gpu_class, sku, holder"""
+
+
+def unattributed_reasons_sql(db: str) -> str:
+    """Unattributed capacity by holder, SKU and the reason the evidence gave (what ``suspense
+    list`` shows an investigator)."""
+    return f"""SELECT {HOLDER} AS holder, if(profile = '', gpu_class, concat(gpu_class, '/', profile)) AS sku, reason,
+            sum({CLIPPED_GPU_MS}) / 3600000
+        FROM {db}.capacity_facts FINAL
+        WHERE {IN_WINDOW} AND kind = 'allocated' AND tenant_id = ''
+        GROUP BY holder, sku, reason ORDER BY holder, sku, reason"""
+
+
 def class_physical_sql(db: str) -> str:
     """GPU-milliseconds per class in the inventory (integers: exact)."""
     return f"""SELECT gpu_class,
@@ -319,6 +345,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
         rows["windows"].append({"version": card.version if card else None, "from_ms": a, "to_ms": b,
                                 "physical": reader.query(class_physical_sql(db), w)[1],
                                 "buckets": reader.query(class_buckets_sql(db), w)[1],
+                                "unattributed": reader.query(class_unattributed_sql(db), w)[1],
                                 # only a card that prices energy reads it (every sample of the window)
                                 "energy": reader.query(energy_sql(db), w)[1] if card and card.per_kwh is not None
                                 else []})

@@ -217,3 +217,53 @@ def test_a_vgpu_profile_with_rates_of_its_own_is_charged_at_them_and_central_fun
     money = money_reconciliation(priced)
     assert money["difference"] == 0 and money["recoverable_cost"] == Decimal("4464.00")  # 1,488 GPU-h x 3.00
     assert (money["tenant_charges"], money["subsidies"]) == (Decimal("18.60"), Decimal("11.40"))
+
+
+def test_unattributed_capacity_is_suspense_by_holder_and_capacity_nobody_held_stays_central():
+    """2 H100s for October (1,488 h at 2.50): a holds 1 GPU 10 h (guaranteed, high); nobody's
+    tenant is known for namespace ml-x's 6 h of whole GPUs and ml-y's 7 h of a 3g.40gb instance
+    (3/7: 3 GPU-hours): 9 unattributed hours; 4 h unavailable, 1,465 h unallocated. By default
+    the 9 h are suspense per holder and SKU (6 x 2.50 = 15.00, 3 x 2.50 = 7.50), not central;
+    charged to central instead (a policy choice, and what a policy of None does), they are one
+    central line of 22.50. The holders' hours carry float noise (6.0000000001): they are split
+    in proportion inside the bucket, so the partition is the same whoever pays."""
+    from gpuledger.domain.pricing import UNATTRIBUTED_TO_CENTRAL
+    from gpuledger.domain.suspense import BILL_CONFIDENCE, billing_classes
+
+    window = NOV - OCT
+    cap = WindowCapacity(OCT, NOV, {"H100": 2 * window},
+                         {("H100", "unattributed"): 9.0, ("H100", "unavailable"): 4.0, ("H100", "unallocated"): 1465.0},
+                         unattributed=(("H100", "H100", "namespace/ml-x", 6.0000000001),
+                                       ("H100", "H100/3g.40gb", "namespace/ml-y", 3.0)))
+    held = [("a", "H100", "H100", OCT, OCT + 10 * H, 1.0, "high")]
+    central_policy = billing_classes(["high", "medium"], "bill", "central")
+    assert UNATTRIBUTED_TO_CENTRAL in central_policy and UNATTRIBUTED_TO_CENTRAL not in BILL_CONFIDENCE
+    got = {}
+    for name, bill in (("suspense", BILL_CONFIDENCE), ("central", central_policy), ("none", None)):
+        priced = price([(CARD, cap)], held, QUOTAS, [], [], [], [], (OCT, NOV), bill)
+        micro = priced.micro_gpu_hours
+        assert micro["physical"] == 1488_000_000 == micro["tenant"] + micro["suspense"] + micro["unattributed"] \
+            + micro["unallocated"] + micro["fragmentation"] + micro["unavailable"] + micro["unreconciled"]
+        assert (micro["unattributed"], micro["unreconciled"]) == (9_000_000, 0)
+        money = money_reconciliation(priced)
+        assert money["difference"] == 0 and money["recoverable_cost"] == Decimal("3820.00")  # 1,488 x 2.50 + 100
+        assert money["recoverable_cost"] == money["tenant_charges"] + money["central_charges"] + money["subsidies"] \
+            + money["suspense"] - money["credits"]
+        got[name] = (priced, micro, money)
+    priced, micro, money = got["suspense"]
+    assert micro["unattributed_suspense"] == 9_000_000 and micro["suspense"] == 0
+    review = [(ln.payer, ln.tenant_id, ln.holder, ln.sku_id, ln.quantity, ln.amount)
+              for ln in priced.lines if ln.payer == "suspense"]
+    assert review == [("suspense", "", "namespace/ml-x", "H100", Decimal(6), Decimal("15.00")),
+                      ("suspense", "", "namespace/ml-y", "H100/3g.40gb", Decimal(3), Decimal("7.50"))]
+    assert not [ln for ln in priced.lines if ln.component == "unattributed"]
+    central = {ln.component: ln.amount for ln in priced.lines if ln.payer == "central"}
+    assert central == {"unallocated": Decimal("3662.50"), "unavailable": Decimal("10.00")}  # nobody held them
+    assert (money["suspense"], money["central_charges"], money["tenant_charges"]) == (
+        Decimal("22.50"), Decimal("3672.50"), Decimal("125.00"))  # a: 10 x 2.50 + all the overhead
+    for name in ("central", "none"):
+        priced, micro, money = got[name]
+        assert micro["unattributed_suspense"] == 0 and money["suspense"] == 0
+        (line,) = [ln for ln in priced.lines if ln.component == "unattributed"]
+        assert (line.payer, line.quantity, line.amount, line.holder) == ("central", Decimal(9), Decimal("22.50"), "")
+        assert money["central_charges"] == Decimal("3695.00")

@@ -100,7 +100,7 @@ def test_to_central_then_release_then_reassign():
 def test_a_decision_for_one_sku_wins_over_one_for_all_and_the_latest_wins():
     decisions = parse_assignments([_decision(1, "central", sku=None), _decision(2, "b", at="2026-11-02T00:00:00Z")])
     force = in_force(decisions)
-    assert force[("2026-10", "b", None)].to == "central" and force[("2026-10", "b", "H100")].to == "b"
+    assert force[("2026-10", "b", "", None)].to == "central" and force[("2026-10", "b", "", "H100")].to == "b"
     booked = [ln for ln in _priced(decisions=[_decision(1, "central", sku=None),
                                               _decision(2, "b", at="2026-11-02T00:00:00Z")]).lines
               if ln.component == "suspense_assigned"]
@@ -153,3 +153,118 @@ def test_hours_without_telemetry_bill_or_go_to_suspense_by_policy():
         assert (got.get("tenant", 0), got.get("suspense", 0)) == (billed, review), policy
     with pytest.raises(ValueError, match="telemetry_unknown"):
         billing_classes(["high"], "ignore")
+
+
+# Unattributed capacity of the same October: namespace ml-x held 1 GPU 6 h and VM vm-7 held half
+# a GPU 4 h with no tenant known: 8 h, of the 1,473 h that were unallocated above.
+UNATTRIBUTED = (("H100", "H100", "namespace/ml-x", 6.0), ("H100", "H100", "vm/vm-7", 2.0))
+
+
+def _with_unattributed(bill=BILL_CONFIDENCE, decisions=()):
+    window = NOV - OCT
+    cap = WindowCapacity(OCT, NOV, {"H100": PHYSICAL * window},
+                         {("H100", "unallocated"): PHYSICAL * window / H - 10 - 2 - 3 - 8,
+                          ("H100", "unattributed"): 8.0}, unattributed=UNATTRIBUTED)
+    priced = price([(CARD, cap)], HELD, QUOTAS, [], [], [], [], (OCT, NOV), bill)
+    priced.lines = settle(priced.lines, parse_assignments(list(decisions)))
+    return priced
+
+
+def _holder_decision(n, to, holder="namespace/ml-x", at="2026-11-03T10:00:00Z", sku=None):
+    return {"assignment_id": f"u{n}", "period": "2026-10", "holder": holder, "sku_id": sku, "to": to,
+            "reason": "ml-x is the vision team's scratch namespace", "by": "fin-ops", "at": at}
+
+
+def test_unattributed_hours_are_suspense_per_holder_by_default():
+    """Recoverable 1,488 h x 2.50 = 3,720.00 = tenants 30.25 (a 10 h guaranteed x 2.50, b's
+    medium 3 h borrowed x 1.75) + central 3,662.50 (1,465 h unallocated) + subsidies 2.25 +
+    suspense 25.00 (b's modeled 2 h = 5.00, ml-x 6 h = 15.00, vm-7 2 h = 5.00)."""
+    priced = _with_unattributed()
+    micro, money = _identities(priced)
+    assert (micro["suspense"], micro["unattributed"], micro["unattributed_suspense"]) == (2_000_000, 8_000_000,
+                                                                                          8_000_000)
+    assert {k: money[k] for k in ("recoverable_cost", "tenant_charges", "central_charges", "subsidies",
+                                  "suspense")} == {
+        "recoverable_cost": Decimal("3720.00"), "tenant_charges": Decimal("30.25"),
+        "central_charges": Decimal("3662.50"), "subsidies": Decimal("2.25"), "suspense": Decimal("25.00")}
+    review = sorted((ln.tenant_id, ln.holder, ln.quantity, ln.amount) for ln in priced.lines if ln.payer == "suspense")
+    assert review == [("", "namespace/ml-x", Decimal(6), Decimal("15.00")),
+                      ("", "vm/vm-7", Decimal(2), Decimal("5.00")), ("b", "", Decimal(2), Decimal("5.00"))]
+
+
+def test_unattributed_hours_assigned_to_a_tenant_or_to_central_keep_both_identities():
+    before = money_reconciliation(_with_unattributed())
+    priced = _with_unattributed(decisions=[_holder_decision(1, "a"),
+                                           _holder_decision(2, "central", holder="vm/vm-7", sku="H100")])
+    _, money = _identities(priced)
+    assert money["suspense"] == Decimal("5.00")  # b's modeled hours only
+    assert money["tenant_charges"] == before["tenant_charges"] + Decimal("15.00")
+    assert money["central_charges"] == before["central_charges"] + Decimal("5.00")
+    booked = sorted((ln.payer, ln.tenant_id, ln.holder, ln.quantity, ln.amount) for ln in priced.lines
+                    if ln.component == "suspense_assigned")
+    assert booked == [("central", "", "vm/vm-7", Decimal(2), Decimal("5.00")),
+                      ("tenant", "a", "namespace/ml-x", Decimal(6), Decimal("15.00"))]
+    (to_a,) = [ln for ln in priced.lines if ln.tenant_id == "a" and ln.component == "suspense_assigned"]
+    assert "held by namespace/ml-x with no tenant assigned to a by fin-ops" in to_a.description
+    # a tenant's decision never settles a holder's hours, nor the other way round
+    tenant_only = _with_unattributed(decisions=[_decision(1, "a", sku=None)])
+    assert money_reconciliation(tenant_only)["suspense"] == Decimal("20.00")
+
+
+def test_unattributed_hours_to_central_by_policy_are_one_central_line():
+    from gpuledger.domain.suspense import billing_classes
+
+    priced = _with_unattributed(bill=billing_classes(["high", "medium"], "bill", "central"))
+    micro, money = _identities(priced)
+    assert (micro["unattributed"], micro["unattributed_suspense"]) == (8_000_000, 0)
+    assert money["suspense"] == Decimal("5.00") and money["central_charges"] == Decimal("3682.50")
+    with pytest.raises(ValueError, match="unattributed policy"):
+        billing_classes(["high"], "bill", "tenant")
+
+
+def test_the_closed_document_records_the_unattributed_policy_and_older_ones_read_as_central():
+    from gpuledger.domain.ledger import _policy_doc, billing_policy
+    from gpuledger.domain.pricing import TELEMETRY_UNKNOWN, UNATTRIBUTED_TO_CENTRAL
+
+    assert _policy_doc(BILL_CONFIDENCE) == {"bill_confidence": ["high", "medium"], "telemetry_unknown": "bill",
+                                            "unattributed": "suspense"}
+    assert billing_policy({"billing_policy": _policy_doc(BILL_CONFIDENCE)}) == BILL_CONFIDENCE
+    # closed before the policy named unattributed capacity: it went to central, and is priced so again
+    older = {"billing_policy": {"bill_confidence": ["high", "medium"], "telemetry_unknown": "bill"}}
+    assert billing_policy(older) == ("high", "medium", TELEMETRY_UNKNOWN, UNATTRIBUTED_TO_CENTRAL)
+    # priced again under that policy, it records the policy as it was: the replay's hash is the same
+    assert _policy_doc(billing_policy(older)) == older["billing_policy"]
+    assert "unattributed" not in _policy_doc(None)
+
+
+def test_a_holder_assignment_after_the_close_is_corrections_that_keep_the_holder():
+    from gpuledger.domain.ledger import corrections, line_doc, line_from_doc
+
+    closed = [line_from_doc(line_doc(ln)) for ln in rounded(_with_unattributed().lines)]
+    assert {ln.holder for ln in closed} == {"", "namespace/ml-x", "vm/vm-7"}
+    assert "holder" not in line_doc(next(ln for ln in closed if not ln.holder))  # other lines are as before
+    now = rounded(_with_unattributed(decisions=[_holder_decision(1, "b")]).lines)
+    fixes = [(ln.payer, ln.tenant_id, ln.holder, ln.component, ln.amount) for ln in corrections("2026-10", closed, now)]
+    assert fixes == [("suspense", "", "namespace/ml-x", "suspense", Decimal("-15.00")),
+                     ("tenant", "b", "namespace/ml-x", "suspense_assigned", Decimal("15.00"))]
+
+
+def test_a_decision_names_a_tenant_or_a_holder():
+    (d,) = parse_assignments([_holder_decision(1, "a")])
+    assert (d.tenant_id, d.holder, d.sku_id) == ("", "namespace/ml-x", None)
+    with pytest.raises(ValueError, match="exactly one of tenant_id"):
+        parse_assignments([{**_holder_decision(1, "a"), "tenant_id": "b"}])
+    with pytest.raises(ValueError, match="exactly one of tenant_id"):
+        parse_assignments([{k: v for k, v in _decision(1, "a").items() if k != "tenant_id"}])
+
+
+def test_a_list_that_drops_or_changes_recorded_decisions_is_a_rewrite():
+    from gpuledger.domain.suspense import rewritten
+
+    recorded = parse_assignments([_decision(1, "a"), _holder_decision(2, "central"), _decision(3, "b")])
+    appended = parse_assignments([_decision(1, "a"), _holder_decision(2, "central"), _decision(3, "b"),
+                                  _decision(4, "suspense", at="2026-11-09T00:00:00Z")])
+    assert rewritten(recorded, appended) == []
+    assert rewritten(recorded, recorded[1:]) == ["d1"]
+    changed = parse_assignments([_decision(1, "a"), _holder_decision(2, "a"), {**_decision(3, "b"), "by": "someone"}])
+    assert rewritten(recorded, changed) == ["u2", "d3"]
