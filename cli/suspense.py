@@ -31,8 +31,9 @@ def under_review(s: Settings, period: str, tenant: str | None) -> dict:
     """The period's under-review hours per tenant and SKU, with the decision in force on each."""
     from gpuledger.domain.ledger import billing_policy
     from gpuledger.domain.pricing import rounded
-    from gpuledger.domain.rows import first_valid, price_rows
-    from gpuledger.domain.suspense import billing_classes, in_force, parse_assignments
+    from gpuledger.domain.reference_history import in_force as entries_in_force
+    from gpuledger.domain.rows import price_rows
+    from gpuledger.domain.suspense import billing_classes, in_force
     from gpuledger.domain.timeutil import format_rfc3339
     from gpuledger.ledger.close import period_window
     from gpuledger.sinks.ledger_store import ClickHouseLedger
@@ -44,7 +45,7 @@ def under_review(s: Settings, period: str, tenant: str | None) -> dict:
     bill = billing_policy(closed) if closed else billing_classes(s.close_bill_confidence.split(","), s.close_telemetry_unknown)
     from_ms, to_ms = period_window(period)
     rows = read_showback_rows(reader, from_ms, to_ms, bill)
-    decisions = first_valid(rows.get("suspense", ()), parse_assignments, "suspense decisions")
+    decisions = entries_in_force("suspense", rows.get("suspense", ())).parsed
     rows["suspense"] = []  # every suspense line, settled or not: the decisions are shown beside them
     lines = [ln for ln in rounded(price_rows(rows).lines) if ln.payer == "suspense"]
     force = in_force(decisions)
