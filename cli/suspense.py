@@ -36,8 +36,9 @@ def under_review(s: Settings, period: str, tenant: str | None) -> dict:
     evidence gave."""
     from gpuledger.domain.ledger import billing_policy
     from gpuledger.domain.pricing import rounded
-    from gpuledger.domain.rows import first_valid, price_rows
-    from gpuledger.domain.suspense import billing_classes, decision_for, in_force, parse_assignments
+    from gpuledger.domain.reference_history import in_force as entries_in_force
+    from gpuledger.domain.rows import price_rows
+    from gpuledger.domain.suspense import billing_classes, decision_for, in_force
     from gpuledger.domain.timeutil import format_rfc3339
     from gpuledger.ledger.close import period_window
     from gpuledger.sinks.ledger_store import ClickHouseLedger
@@ -50,7 +51,7 @@ def under_review(s: Settings, period: str, tenant: str | None) -> dict:
                                                                  s.close_telemetry_unknown, s.close_unattributed)
     from_ms, to_ms = period_window(period)
     rows = read_showback_rows(reader, from_ms, to_ms, bill)
-    decisions = first_valid(rows.get("suspense", ()), parse_assignments, "suspense decisions")
+    decisions = entries_in_force("suspense", rows.get("suspense", ())).parsed
     rows["suspense"] = []  # every suspense line, settled or not: the decisions are shown beside them
     lines = [ln for ln in rounded(price_rows(rows).lines) if ln.payer == "suspense"]
     force = in_force(decisions)

@@ -1,29 +1,25 @@
-"""From query rows to priced lines (pure): parse the reference documents (rate cards,
-quotas, credits) once, build shared-endpoint blocks, and price (domain/pricing.py).
+"""From query rows to priced lines (pure): take the reference entries in force (rate cards,
+quotas, credits, endpoints, suspense decisions: domain/reference_history.py) once, build
+shared-endpoint blocks, and price (domain/pricing.py).
 Showback and the ledger both start here, so they can never price differently."""
 
 from __future__ import annotations
 
 import hashlib
-import logging
-from collections.abc import Callable, Sequence
 from decimal import Decimal
 from fractions import Fraction
 
 import orjson
 
-from gpuledger.domain.cost import parse_ratecards, round_cents
-from gpuledger.domain.endpoints import (MICRO, declared_endpoints, endpoint_weights, largest_remainder,
-                                        parse_endpoints, weighted_units)
-from gpuledger.domain.pricing import Priced, WindowCapacity, parse_credits, price, rounded
-from gpuledger.domain.quota import parse_quotas
-from gpuledger.domain.suspense import BILL_CONFIDENCE, parse_assignments, settle
+from gpuledger.domain.cost import round_cents
+from gpuledger.domain.endpoints import MICRO, declared_endpoints, endpoint_weights, largest_remainder, weighted_units
+from gpuledger.domain.pricing import Priced, WindowCapacity, price, rounded
+from gpuledger.domain.reference_history import PRICING_PARSERS, InForce, documents_used, in_force
+from gpuledger.domain.suspense import BILL_CONFIDENCE, settle
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
-__all__ = ["COST_PARTS", "PRICING_PARSERS", "canonical_sha256", "documents_in_force", "first_valid", "parsed",
-           "money_reconciliation", "price_rows"]
-
-log = logging.getLogger(__name__)
+__all__ = ["COST_PARTS", "PRICING_PARSERS", "canonical_sha256", "documents_in_force", "parsed", "money_reconciliation",
+           "price_rows"]
 
 COST_PARTS = ("guaranteed", "borrowed", "committed", "variable", "energy", "service_share", "overhead", "suspense_assigned",
               "credits", "endpoint_recovered", "total", "under_review")  # under review: shown, not in the total
@@ -64,39 +60,18 @@ def _tiered(rows: dict, declarations: list) -> list[tuple]:
     return out
 
 
-def first_valid(documents: Sequence[str], parse: Callable[[object], list], what: str) -> list:
-    """The parsed newest document that parses (``documents`` newest first); a stored document
-    that does not (written before the worker validated references) is skipped with a warning,
-    so the previous valid one stays in force. Empty when none parses."""
-    return _in_force(documents, parse, what)[1]
-
-
-def _in_force(documents: Sequence[str], parse: Callable[[object], list], what: str) -> tuple[str | None, list]:
-    for i, doc in enumerate(documents):
-        try:
-            return doc, parse(orjson.loads(doc))
-        except (ValueError, TypeError) as exc:  # orjson.JSONDecodeError and the parsers' errors are ValueErrors
-            log.warning("skipping stored %s document #%d (newest first): %s; using the next older one", what, i, exc)
-    return None, []
-
-
-PRICING_PARSERS = {"ratecards": parse_ratecards, "quotas": parse_quotas, "credits": parse_credits,
-                   "endpoints": parse_endpoints, "suspense": parse_assignments}
-_WHAT = {"ratecards": "rate cards", "suspense": "suspense decisions"}  # as a warning names them
-
-
-def _chosen(rows: dict, kind: str) -> tuple[str | None, list]:
-    """The document of a pricing kind in force for ``rows`` and its parse, chosen once per rows
-    (``first_valid``) and kept in ``rows["in_force"]`` for every reader of the same rows."""
+def _chosen(rows: dict, kind: str) -> InForce:
+    """The entries of a pricing kind in force for ``rows`` (domain/reference_history.py), chosen
+    once per rows and kept in ``rows["in_force"]`` for every reader of the same rows."""
     cache = rows.setdefault("in_force", {})
     if kind not in cache:
-        cache[kind] = _in_force(rows.get(kind, ()), PRICING_PARSERS[kind], _WHAT.get(kind, kind))
+        cache[kind] = in_force(kind, rows.get(kind, ()))
     return cache[kind]
 
 
 def parsed(rows: dict, kind: str) -> list:
-    """The parsed document of a pricing kind (``PRICING_PARSERS``) in force for ``rows``."""
-    return _chosen(rows, kind)[1]
+    """The parsed entries of a pricing kind (``PRICING_PARSERS``) in force for ``rows``."""
+    return _chosen(rows, kind).parsed
 
 
 def canonical_sha256(value: object) -> str:
@@ -104,14 +79,12 @@ def canonical_sha256(value: object) -> str:
     return "sha256:" + hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def documents_in_force(rows: dict) -> dict[str, str | None]:
-    """Per pricing reference kind, the canonical hash of the document that priced ``rows``
-    (the one ``first_valid`` chose; None when there was none)."""
-    out = {}
-    for kind in PRICING_PARSERS:
-        doc = _chosen(rows, kind)[0]
-        out[kind] = None if doc is None else canonical_sha256(orjson.loads(doc))
-    return out
+def documents_in_force(rows: dict) -> dict[str, list[str]]:
+    """Per pricing reference kind, the canonical hashes of the documents whose entries in force
+    priced the window ``[from_ms, to_ms)`` of ``rows``, the earliest publication first."""
+    return {kind: [canonical_sha256(orjson.loads(doc))
+                   for doc in documents_used(_chosen(rows, kind), rows["from_ms"], rows["to_ms"])]
+            for kind in PRICING_PARSERS}
 
 
 def money_reconciliation(priced: Priced, lines: list | None = None) -> dict[str, Decimal]:
@@ -138,7 +111,7 @@ def money_reconciliation(priced: Priced, lines: list | None = None) -> dict[str,
 def _endpoints(rows: dict, capacity: list[tuple]) -> tuple[str | None, list[dict], dict[str, dict[str, Fraction]]]:
     """Endpoint blocks with their shares in micro-GPU-hours, and each endpoint's exact
     weighted units per tenant (what money shares are split by, too)."""
-    cards = [card for doc in rows.get("ratecards", ()) for card in orjson.loads(doc)]
+    cards = [card for _, card in _chosen(rows, "ratecards").entries]
     version, w_in, w_out = endpoint_weights(cards, rows["from_ms"], parse_rfc3339_ms)
     usage: dict[str, dict[str, tuple]] = {}
     for ep, tid, n, ok, tin, tout in rows.get("endpoint_usage", ()):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from gpuledger.domain.approval import ApprovalError, approve, prepare, stale_against
 from gpuledger.domain.ledger import NORMALIZATION_VERSION, ClosePolicy, billing_policy, build_ledger, corrections, line_from_doc, refusals
 from gpuledger.domain.suspense import BILL_CONFIDENCE
@@ -22,6 +24,7 @@ from gpuledger.ledger.source_versions import source_versions
 from gpuledger.sinks.base import Checkpoint
 from gpuledger.sinks.ledger_store import LedgerPort, LedgerWriteRefused
 from gpuledger.sinks.query import QueryPort
+from gpuledger.sinks.reference_sql import inventory_documents_sql
 from gpuledger.sinks.showback_sql import inventory_in_force_sql, read_showback_rows
 
 __all__ = ["ApprovalError", "CloseResult", "approve_period", "booked_for", "build_document", "pending_corrections",
@@ -85,15 +88,21 @@ def _sources(checkpoint: Checkpoint | None) -> tuple[list[dict], int]:
 
 def calculation(reader: QueryPort, rows: dict) -> dict:
     """What the numbers were calculated with, besides the facts: the normalization rules'
-    version and the canonical hash of each reference document in force (the inventory: of the
-    approved GPUs and unavailability it holds), so a replay shows which documents it used."""
-    documents: dict[str, str | None] = {"inventory": None, **documents_in_force(rows)}
+    version; per reference kind, the canonical hashes of the documents whose entries in force
+    priced the period (domain/reference_history.py; for the inventory, the documents its
+    approved GPUs and unavailability in the period were kept from), the earliest publication
+    first; and ``inventory_entries``, the hash of those GPU entries and windows themselves. A
+    document published later for other periods changes none of it."""
+    documents: dict[str, list[str]] = {**documents_in_force(rows), "inventory": []}
+    entries = None
     if rows.get("clusters"):
-        gpus, unavailable = (reader.query(sql, {"clusters": rows["clusters"]})[1]
-                             for sql in inventory_in_force_sql(reader.db))
-        documents["inventory"] = canonical_sha256({"gpus": [list(r) for r in gpus],
-                                                   "unavailable": [list(r) for r in unavailable]})
-    return {"normalization_version": NORMALIZATION_VERSION, "reference_documents": documents}
+        p = {"clusters": rows["clusters"], "f": rows["from_ms"], "t": rows["to_ms"]}
+        documents["inventory"] = [canonical_sha256(orjson.loads(r[0]))
+                                  for r in reader.query(inventory_documents_sql(reader.db), p)[1]]
+        gpus, unavailable = (reader.query(sql, p)[1] for sql in inventory_in_force_sql(reader.db))
+        entries = canonical_sha256({"gpus": [list(r) for r in gpus], "unavailable": [list(r) for r in unavailable]})
+    return {"normalization_version": NORMALIZATION_VERSION, "reference_documents": documents,
+            "inventory_entries": entries}
 
 
 def build_document(reader: QueryPort, closed: list[dict], checkpoint: Checkpoint | None, period: str,

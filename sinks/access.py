@@ -4,8 +4,8 @@ Who reads what:
 
 - a **tenant** role per tenant (``gpuledger_tenant_<id>``) reads only its own rows of the
   four fact tables (a permissive row policy ``tenant_id = '<id>'`` per table) and, through the
-  shared ``gpuledger_tenants`` role, the published rate cards (``reference_documents`` where
-  ``kind = 'ratecards'``: quotas and credits name other tenants). Nothing else: not the
+  shared ``gpuledger_tenants`` role, the published rate cards (``reference_documents`` and
+  ``reference_history`` where ``kind = 'ratecards'``: quotas and credits name other tenants). Nothing else: not the
   inventory, the checkpoints or the closed ledger (every tenant's lines).
 - the shared role **alone reads no fact**: it holds a permissive ``USING 0`` policy on each
   fact table, ORed with a tenant role's own. Without it the shared role would have no policy
@@ -55,7 +55,7 @@ __all__ = ["ANALYST_TABLES", "FINANCE_TABLES", "POLICY_TABLES", "SHARED_ROLE_FIL
 
 TENANT_FACT_TABLES = ("capacity_facts", "utilization_facts", "request_facts", "demand_facts")
 # Shared tables a tenant may read, and which of their rows.
-SHARED_TABLE_FILTERS = {"reference_documents": "kind = 'ratecards'"}
+SHARED_TABLE_FILTERS = {"reference_documents": "kind = 'ratecards'", "reference_history": "kind = 'ratecards'"}
 POLICY_TABLES = TENANT_FACT_TABLES + tuple(SHARED_TABLE_FILTERS)
 # What the shared tenants role alone reads of each table it may select: no fact (a tenant's
 # rows come from its own role's policy, ORed in), the rate cards.

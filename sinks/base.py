@@ -22,7 +22,7 @@ from gpuledger.domain.demand import DemandFact
 from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.gpu_health import GpuHealthFact
 from gpuledger.domain.gpu_incidents import GpuHealthIncident
-from gpuledger.domain.inventory import Inventory
+from gpuledger.domain.inventory import GpuEntry, Inventory, Unavailability
 from gpuledger.domain.model_metrics import ModelFact
 from gpuledger.domain.requests import RequestFact
 from gpuledger.streams.fact_codec import FACT_CLASSES
@@ -65,7 +65,9 @@ class FactStore(Protocol):
     def write_facts(self, batch: FactBatch) -> None: ...
     def write_encoded(self, kind: str, container: bytes) -> None: ...
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]: ...
-    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None: ...
+    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str,
+                        published_at_ms: int) -> None: ...
+    def reference_history(self, cluster_id: str, kind: str) -> list[tuple[int, int, str]]: ...
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None: ...
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None: ...
     def load_checkpoint(self, processor: str) -> Checkpoint | None: ...
@@ -83,7 +85,10 @@ class MemoryStore:
     health: dict[str, GpuHealthFact] = field(default_factory=dict)
     health_incidents: dict[str, GpuHealthIncident] = field(default_factory=dict)
     models: dict[str, ModelFact] = field(default_factory=dict)
-    references: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    # (cluster, kind) -> {(observed_at_ms, document): latest published_at_ms}: every document
+    references: dict[tuple[str, str], dict[tuple[int, str], int]] = field(default_factory=dict)
+    # cluster -> {entry key: (document_ms, entry)}, as the store's inventory tables keep them
+    inventory_entries: dict[str, dict[tuple, tuple[int, object]]] = field(default_factory=dict)
     inventory: dict[str, Inventory] = field(default_factory=dict)
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
 
@@ -106,13 +111,33 @@ class MemoryStore:
     def known_requests(self, fact_ids: list[str]) -> dict[str, RequestFact]:
         return {i: self.requests[i] for i in fact_ids if i in self.requests}
 
-    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
-        current = self.references.get((cluster_id, kind))
-        if current is None or observed_at_ms >= current[0]:
-            self.references[(cluster_id, kind)] = (observed_at_ms, document)
+    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str,
+                        published_at_ms: int) -> None:
+        """Kept with every document written before (append-only); the same document written
+        again is kept once, at its latest publication."""
+        docs = self.references.setdefault((cluster_id, kind), {})
+        key = (observed_at_ms, document)
+        docs[key] = max(published_at_ms, docs.get(key, published_at_ms))
+
+    def reference_history(self, cluster_id: str, kind: str) -> list[tuple[int, int, str]]:
+        """Every document of ``kind`` written for the cluster: (published_at_ms, observed_at_ms,
+        document), the latest publication first (ties: observed_at_ms, then document, descending)."""
+        docs = self.references.get((cluster_id, kind), {})
+        return sorted(((p, o, d) for (o, d), p in docs.items()), reverse=True)
 
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None:
-        self.inventory[cluster_id] = inventory
+        """Every document's GPU entries (by GPU and valid_from) and unavailability windows (by
+        GPU and start), the latest ``document_ms`` winning for the same key (ties: the last
+        written), as the store's inventory tables keep them; the profile weights of the last."""
+        entries = self.inventory_entries.setdefault(cluster_id, {})
+        for key, entry in [(("gpu", g.gpu_uuid, g.valid_from_ms), g) for g in inventory.gpus] + \
+                          [(("unavailable", u.gpu_uuid, u.from_ms), u) for u in inventory.unavailable]:
+            if key not in entries or document_ms >= entries[key][0]:
+                entries[key] = (document_ms, entry)
+        kept = [entry for _, entry in entries.values()]
+        self.inventory[cluster_id] = Inventory([e for e in kept if isinstance(e, GpuEntry)],
+                                               [e for e in kept if isinstance(e, Unavailability)],
+                                               inventory.mig_profile_weights, inventory.vgpu_profile_weights)
 
     def save_checkpoint(self, processor: str, checkpoint: Checkpoint) -> None:
         current = self.checkpoints.get(processor)

@@ -27,6 +27,7 @@ from gpuledger.domain.requests import RequestFact
 from gpuledger.sinks.base import Checkpoint, PermanentStoreError, StoreError, TransientStoreError
 from gpuledger.sinks.health_sql import HEALTH_COLUMNS, INCIDENT_COLUMNS, health_ddl_statements
 from gpuledger.sinks.isolate import TABLES
+from gpuledger.sinks.reference_sql import history_sql, kept_documents_sql
 from gpuledger.sinks.schema_sql import (CAPACITY_COLUMNS, DEMAND_COLUMNS, MODEL_COLUMNS, REQUEST_COLUMNS,
                                        UTILIZATION_COLUMNS, ddl_statements)
 
@@ -189,9 +190,23 @@ class ClickHouseStore:
             out.update((r[0], RequestFact(*r)) for r in result.result_rows)
         return out
 
-    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str) -> None:
+    def write_reference(self, cluster_id: str, kind: str, observed_at_ms: int, document: str,
+                        published_at_ms: int) -> None:
+        """Appended to ``reference_history``; ``reference_documents`` keeps one per kind (what it
+        held from before the history is copied into the history first, once per store)."""
+        if not getattr(self, "_kept_copied", False):
+            self.command(kept_documents_sql(self.db))
+            self._kept_copied = True
+        self.insert("reference_history", [[cluster_id, kind, observed_at_ms, published_at_ms, document]],
+                     ["cluster_id", "kind", "observed_at_ms", "published_at_ms", "document"])
         self.insert("reference_documents", [[cluster_id, kind, observed_at_ms, document]],
                      ["cluster_id", "kind", "observed_at_ms", "document"])
+
+    def reference_history(self, cluster_id: str, kind: str) -> list[tuple[int, int, str]]:
+        """Every document of ``kind`` stored for the cluster: (published_at_ms, observed_at_ms,
+        document), the latest publication first (sinks/reference_sql.py)."""
+        rows = self.query(history_sql(self.db), {"kind": kind, "clusters": [cluster_id]})[1]
+        return [(int(p), int(o), d) for _, p, o, d in rows]
 
     def write_inventory(self, cluster_id: str, inventory: Inventory, document_ms: int) -> None:
         self.insert("inventory_gpus", [[cluster_id, g.gpu_uuid, g.node, g.model, g.gpu_class, g.mode, g.valid_from_ms,

@@ -6,7 +6,8 @@ The sink's consumer group reads the fact topics (capacity, utilization, requests
   1. decode the facts of each kind in one call and write them (idempotent: the tables
      deduplicate by fact id, so a batch written twice after a crash changes nothing); a row
      the store refuses for good is bisected out and dead-lettered (sinks/isolate.py);
-  2. write the valid reference documents (inventory, rate cards, quotas, credits) and the
+  2. write the valid reference documents (inventory, rate cards, quotas, credits: each kept
+     in the reference history, published_at its record's ingested_at) and the
      progress rows (a replay's sink takes reference documents only below its stop offsets:
      those published after the replayed period closed are not the ones it was priced with);
   3. only then commit the batch's offsets.
@@ -141,11 +142,11 @@ class SinkLoop:
                 parsed = parse(doc)
             except Exception:  # noqa: BLE001 — refused: the worker dead-letters it; the previous one stays
                 continue
+            self.store.write_reference(r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"],
+                                       r["ingested_at_ms"])
             if r["kind"] == "inventory":
                 self.store.write_inventory(r["cluster_id"], parsed if parsed is not None else parse_inventory(doc),
-                                           r["observed_at_ms"])
-            else:
-                self.store.write_reference(r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"])
+                                           r["ingested_at_ms"])
 
     def ends(self) -> dict[str, int]:
         return {k: high for k, (_, high) in read_extents(self.bootstrap, self.names, client=self.client).items()}

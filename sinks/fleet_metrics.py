@@ -40,14 +40,14 @@ import threading
 import time
 from collections.abc import Callable
 
-import orjson
 from gpuledger.config.metrics_http import serve_metrics
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuledger.config import Settings
-from gpuledger.domain.quota import Quota, QuotaError, parse_quotas, quota_in_force, split_by_quota
+from gpuledger.domain.quota import Quota, quota_in_force, split_by_quota
+from gpuledger.domain.reference_history import in_force
 from gpuledger.sinks import fleet_sql as q
 from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.health_sql import incidents_by_node_sql, inventory_reconciliation_sql
@@ -177,12 +177,11 @@ def _requests(reader: QueryPort, p: dict, out: Samples) -> None:
 
 def _quotas(reader: QueryPort, p: dict, out: Samples, window_ms: int) -> None:
     db, f, t, e = reader.db, p["f"], p["t"], p["e"]
-    quotas = {}
-    for cluster, doc in reader.query(q.quotas_sql(db))[1]:
-        try:
-            quotas[cluster] = parse_quotas(orjson.loads(doc))
-        except (QuotaError, orjson.JSONDecodeError):
-            continue  # a refused document was never applied: no quotas, everything held is borrowed
+    documents: dict[str, list[str]] = {}
+    for cluster, _, _, doc in reader.query(q.quotas_sql(db), {"kind": "quotas"})[1]:
+        documents.setdefault(cluster, []).append(doc)
+    # the entries in force of every document (a refused one adds nothing: without any, no quotas)
+    quotas = {cluster: in_force("quotas", docs).parsed for cluster, docs in documents.items()}
     held: dict[str, list[tuple[str, str, int, int, float]]] = {}
     for cluster, tenant, gpu_class, a, b, fraction in reader.query(q.held_sql(db), p)[1]:
         held.setdefault(cluster, []).append((tenant, gpu_class, int(a), int(b), float(fraction)))

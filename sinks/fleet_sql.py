@@ -9,6 +9,7 @@ for things counted as of the window's end.
 
 from __future__ import annotations
 
+from gpuledger.sinks.reference_sql import history_sql
 from gpuledger.sinks.showback_sql import CLIPPED_GPU_MS, IN_WINDOW, evidence_end_sql, samples_by_capacity_fact_sql
 
 __all__ = ["allocated_holdings_sql", "class_gpus_sql", "dark_gpus_sql", "evidence_end_sql", "held_sql",
@@ -83,8 +84,10 @@ def held_sql(db: str) -> str:
 
 
 def quotas_sql(db: str) -> str:
-    """The latest quotas document of each cluster."""
-    return f"SELECT cluster_id, document FROM {db}.reference_documents FINAL WHERE kind = 'quotas' ORDER BY cluster_id"
+    """Every quotas document of each cluster (``%(kind)s`` = 'quotas'), the latest publication
+    first: (cluster, published_at_ms, observed_at_ms, document); the quotas in force are chosen
+    from them (domain/reference_history.py)."""
+    return history_sql(db, every_cluster=True)
 
 
 def request_latency_sql(db: str) -> str:

@@ -11,8 +11,10 @@ import orjson
 
 from gpuledger.domain.capacity_plan import ServiceThroughput, parse_throughput
 from gpuledger.domain.demand_forecast import ROW_COLUMNS
-from gpuledger.domain.quota import Quota, parse_quotas
+from gpuledger.domain.quota import Quota
+from gpuledger.domain.reference_history import in_force
 from gpuledger.sinks.query import QueryPort
+from gpuledger.sinks.reference_sql import history_sql
 from gpuledger.sinks.scheduler_sql import node_class_sql
 from gpuledger.sinks.showback_sql import WAIT_OUTCOMES
 
@@ -120,6 +122,14 @@ def _documents(reader: QueryPort, kind: str, parse) -> list:
     return out
 
 
+def _quotas(reader: QueryPort) -> list[Quota]:
+    """The quotas in force of every cluster (domain/reference_history.py)."""
+    documents: dict[str, list[str]] = {}
+    for cluster, _, _, document in reader.query(history_sql(reader.db, every_cluster=True), {"kind": "quotas"})[1]:
+        documents.setdefault(cluster, []).append(document)
+    return [q for docs in documents.values() for q in in_force("quotas", docs).parsed]
+
+
 def read_forecast_inputs(reader: QueryPort, from_ms: int, to_ms: int) -> tuple[dict, list[Quota],
                                                                                 list[ServiceThroughput], dict]:
     """(points, quotas, throughput entries, GPUs by class and node at ``to_ms``) for
@@ -137,7 +147,7 @@ def read_forecast_inputs(reader: QueryPort, from_ms: int, to_ms: int) -> tuple[d
     nodes: dict[str, dict[str, int]] = {}
     for gpu_class, node, n in reader.query(inventory_nodes_sql(db), {"at": to_ms - 1})[1]:
         nodes.setdefault(gpu_class, {})[node] = int(n)
-    return (points, _documents(reader, "quotas", parse_quotas), _documents(reader, "throughput", parse_throughput),
+    return (points, _quotas(reader), _documents(reader, "throughput", parse_throughput),
             nodes)
 
 

@@ -108,11 +108,23 @@ def ddl_statements(db: str) -> list[str]:
             observed_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(observed_at_ms, 'UTC')
         ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(observed_at)
         ORDER BY (cluster_id, endpoint_id, observed_at, fact_id)""",
-        # Reference documents (rate cards, quotas) as published, latest per kind wins.
+        # Reference documents, one per cluster and kind (the greatest observed_at_ms, the earliest
+        # validity, wins): what dashboards read as the current ones. Pricing reads the history.
         f"""CREATE TABLE IF NOT EXISTS {db}.reference_documents (
             cluster_id LowCardinality(String), kind LowCardinality(String), observed_at_ms Int64, document String
         ) ENGINE = ReplacingMergeTree(observed_at_ms) ORDER BY (cluster_id, kind)""",
-        # The approved inventory as of the latest document (physical capacity comes from here).
+        # Every reference document ever published (domain/reference_history.py decides what is in
+        # force), only ever appended to. ORDER BY ends in the document's hash: the same document
+        # delivered twice is one row, which keeps its latest publication (the version column).
+        # Small (a row per publication): no partitions.
+        f"""CREATE TABLE IF NOT EXISTS {db}.reference_history (
+            cluster_id LowCardinality(String), kind LowCardinality(String), observed_at_ms Int64,
+            published_at_ms Int64, document String,
+            published_at DateTime64(3, 'UTC') MATERIALIZED fromUnixTimestamp64Milli(published_at_ms, 'UTC')
+        ) ENGINE = ReplacingMergeTree(published_at_ms)
+        ORDER BY (cluster_id, kind, observed_at_ms, sipHash128(document))""",
+        # The approved inventory: every document's GPU entries, the latest published winning for
+        # the same GPU and valid_from (physical capacity comes from here).
         f"""CREATE TABLE IF NOT EXISTS {db}.inventory_gpus (
             cluster_id LowCardinality(String), gpu_uuid String, node String, model String, gpu_class String,
             mode String, valid_from_ms Int64, valid_to_ms Nullable(Int64), document_ms Int64

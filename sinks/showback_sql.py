@@ -8,6 +8,7 @@ from gpuledger.domain.rows import parsed
 from gpuledger.domain.suspense import BILL_CONFIDENCE
 from gpuledger.sinks.energy_sql import energy_sql
 from gpuledger.sinks.query import QueryPort
+from gpuledger.sinks.reference_sql import history_sql
 
 __all__ = ["ClusterScopeError", "ShowbackRows", "read_showback_rows", "unattributed_reasons_sql"]
 PRICING_KINDS = ("ratecards", "quotas", "credits", "endpoints", "suspense")  # reference kinds that price
@@ -273,13 +274,6 @@ def class_physical_sql(db: str) -> str:
         FROM {db}.inventory_gpus FINAL GROUP BY gpu_class ORDER BY gpu_class"""
 
 
-def reference_sql(db: str, kind: str) -> str:
-    """A kind's documents published for the clusters ``%(clusters)s``, newest first."""
-    assert kind in PRICING_KINDS
-    return (f"SELECT document FROM {db}.reference_documents FINAL WHERE kind = '{kind}' "
-            "AND cluster_id IN %(clusters)s ORDER BY observed_at_ms DESC")
-
-
 def evidence_clusters_sql(db: str) -> str:
     """The clusters whose evidence (capacity facts, inventory) falls in the window."""
     return f"""SELECT cluster_id FROM {db}.capacity_facts FINAL WHERE {IN_WINDOW}
@@ -292,9 +286,10 @@ class ClusterScopeError(ValueError):
 
 
 def _documents(reader: QueryPort, kind: str, clusters: list[str]) -> list[str]:
+    """Every document of a kind published for the clusters, the latest publication first."""
     if not clusters:
         return []
-    return [r[0] for r in reader.query(reference_sql(reader.db, kind), {"clusters": clusters})[1]]
+    return [r[3] for r in reader.query(history_sql(reader.db), {"kind": kind, "clusters": clusters})[1]]
 
 
 class ShowbackRows(dict):
@@ -329,7 +324,8 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
     rows["endpoint_usage"] = reader.query(endpoint_usage_sql(db), p)[1]
     rows["productive_work"] = reader.query(productive_work_sql(db), p)[1]
     # Rate cards, quotas, credits and endpoint declarations apply to the cluster they were
-    # published for: only the documents of the cluster whose evidence this is are read.
+    # published for: only the documents of the cluster whose evidence this is are read, every
+    # one published (the entries in force are chosen from them: domain/reference_history.py).
     clusters = sorted({r[0] for r in reader.query(evidence_clusters_sql(db), {"f": from_ms, "t": to_ms})[1]})
     if len(clusters) > 1:
         raise ClusterScopeError(f"the store holds evidence of {len(clusters)} clusters in this window "
@@ -362,9 +358,13 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
 
 
 def inventory_in_force_sql(db: str) -> list[str]:
-    """The approved inventory the capacity was measured against, in a fixed order (what the
-    closed document's inventory hash is taken over)."""
+    """The approved inventory the window ``[%(f)s, %(t)s)`` was measured against (its GPU entries
+    and unavailability windows in it), in a fixed order (what the closed document's inventory
+    hash is taken over)."""
     return [f"""SELECT gpu_uuid, node, model, gpu_class, mode, valid_from_ms, valid_to_ms
-                FROM {db}.inventory_gpus FINAL WHERE cluster_id IN %(clusters)s ORDER BY gpu_uuid, valid_from_ms""",
+                FROM {db}.inventory_gpus FINAL WHERE cluster_id IN %(clusters)s
+                  AND valid_from_ms < %(t)s AND coalesce(valid_to_ms, %(t)s) > %(f)s
+                ORDER BY gpu_uuid, valid_from_ms""",
             f"""SELECT gpu_uuid, from_ms, to_ms, reason FROM {db}.inventory_unavailable FINAL
-                WHERE cluster_id IN %(clusters)s ORDER BY gpu_uuid, from_ms, to_ms, reason"""]
+                WHERE cluster_id IN %(clusters)s AND from_ms < %(t)s AND to_ms > %(f)s
+                ORDER BY gpu_uuid, from_ms, to_ms, reason"""]

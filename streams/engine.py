@@ -72,6 +72,7 @@ class Reference:
     kind: str
     observed_at_ms: int
     document_json: str
+    published_at_ms: int  # when it was published (the record's ingested_at_ms)
 
 
 @dataclass
@@ -280,7 +281,8 @@ class Engine:
         parse(doc)  # refused documents are not written: the previous valid one stays in force
         if r["kind"] == "inventory":
             self._shared(r["cluster_id"]).apply_inventory(doc)
-        self.references.append(Reference(r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"]))
+        self.references.append(Reference(r["cluster_id"], r["kind"], r["observed_at_ms"], r["document_json"],
+                                         r["ingested_at_ms"]))
 
     def take_references(self) -> list[Reference]:
         out, self.references = self.references, []

@@ -130,11 +130,11 @@ class Processor:
         batch.extend(self.engine.advance(closing))
         self._unwritten = batch
         for ref in self.engine.references:
+            self.store.write_reference(ref.cluster_id, ref.kind, ref.observed_at_ms, ref.document_json,
+                                       ref.published_at_ms)
             if ref.kind == "inventory":
                 self.store.write_inventory(ref.cluster_id, parse_inventory(orjson.loads(ref.document_json)),
-                                           ref.observed_at_ms)
-            else:
-                self.store.write_reference(ref.cluster_id, ref.kind, ref.observed_at_ms, ref.document_json)
+                                           ref.published_at_ms)
         self.engine.references.clear()
         batch = settle_batch(self.store, batch, self._conflict)
         self._unwritten = batch

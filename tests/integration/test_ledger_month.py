@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ from gpuledger.domain.ledger import NORMALIZATION_VERSION
 from gpuledger.domain.rows import canonical_sha256
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.ledger.focus import FOCUS_COLUMNS
+from gpuledger.sinks.clickhouse import ClickHouseStore
 from plans import GAP_HOURS, H, MONTH_CREDITS, OCTOBER_RECONCILIATION, OCTOBER_TOTALS, T0, month_plan
 
 pytestmark = pytest.mark.integration
@@ -109,16 +111,17 @@ def test_october_closes_to_the_cent(month):
 
 
 def test_the_closed_month_names_the_documents_it_was_priced_with(month):
-    """The rate card, quotas and credits in force by the canonical hash of the documents
-    published (the capture's files), the inventory by the hash of the approved GPUs it holds."""
+    """The rate card, quotas, credits and inventory in force by the canonical hash of the
+    documents published (the capture's files); the approved GPUs and unavailability of the
+    month by a hash of their own."""
     _, root, doc, _ = month
     calc = doc["calculation"]
     assert calc["normalization_version"] == NORMALIZATION_VERSION
     used = calc["reference_documents"]
-    for kind in ("ratecards", "quotas", "credits"):
-        assert used[kind] == canonical_sha256(orjson.loads((root / "full" / f"{kind}.json").read_bytes())), kind
-    assert used["endpoints"] is None and used["suspense"] is None  # none published
-    assert used["inventory"].startswith("sha256:") and len(used["inventory"]) == 71
+    for kind in ("ratecards", "quotas", "credits", "inventory"):
+        assert used[kind] == [canonical_sha256(orjson.loads((root / "full" / f"{kind}.json").read_bytes()))], kind
+    assert used["endpoints"] == [] and used["suspense"] == []  # none published
+    assert calc["inventory_entries"].startswith("sha256:") and len(calc["inventory_entries"]) == 71
     # each tenant's days are in the hashed document, and add up to its closed GPU-hour charges
     for t in doc["tenants"]:
         assert [d["day"] for d in t["daily"]] == [f"2026-10-{i:02d}" for i in range(1, 32)], t["tenant_id"]
@@ -356,17 +359,34 @@ def test_late_snapshot_after_close_becomes_corrections(month):
     assert stack.run("diff", "--period", "2026-10", "--against", "replay_now", check=False).returncode == 0
 
 
+def _differences(a: object, b: object, path: str = "") -> list[str]:
+    """Where two JSON values differ: anything but a float exactly, a float beyond 1e-9 (relative:
+    a cent of any amount here is far more)."""
+    if isinstance(a, float) and isinstance(b, (float, int)):
+        return [] if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) else [f"{path}: {a!r} != {b!r}"]
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return [d for k in a for d in _differences(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
 def test_documents_published_after_the_close_do_not_change_its_replay(month, tmp_path):
-    """The reference topic keeps every document (never compacted to the latest). After a
-    rate-card document that prices December only and an inventory with one more GPU are
-    published, October is no longer priced live, yet its replay at close reproduces its hash."""
+    """The reference topic keeps every document (never compacted to the latest), and so does
+    the store. After a rate-card document that prices December only and an inventory with one
+    more GPU from December are published, October is priced live as before, to the cent and
+    by the same card, no correction is pending for it, and its replay at close reproduces its
+    hash."""
     stack, root, october, _ = month
     topic = ConfigResource(ConfigResource.Type.TOPIC, f"{stack.prefix}.reference.documents")
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})  # kept: its futures resolve only while it lives
     config = {k: v.value for k, v in admin.describe_configs([topic])[topic].result().items()}
     assert (config["cleanup.policy"], config["retention.ms"], config["retention.bytes"]) == ("delete", "-1", "-1")
+    before = stack.run("showback", "--period", "2026-10", "--format", "json").stdout
+    pending = stack.run("ledger", "corrections").stdout
     cards = orjson.loads((root / "full" / "ratecards.json").read_bytes())
-    december = [{**cards[0], "version": "2026-12-v1", "valid_from": "2026-12-01T00:00:00Z", "valid_to": None}]
+    december = [{**cards[0], "version": "2026-12-v1", "valid_from": "2026-12-01T00:00:00Z", "valid_to": None,
+                 "gpu_hour": {c: {k: "9.99" for k in r} for c, r in cards[0]["gpu_hour"].items()}}]
     (tmp_path / "ratecards.json").write_bytes(orjson.dumps(december))
     inventory = orjson.loads((root / "full" / "inventory.json").read_bytes())
     added = {**inventory["gpus"][0], "gpu_uuid": "GPU-00000000-0000-0000-0000-0000000000dd",
@@ -376,7 +396,17 @@ def test_documents_published_after_the_close_do_not_change_its_replay(month, tmp
     for kind in ("ratecards", "inventory"):
         stack.run("load", kind, str(tmp_path / f"{kind}.json"), "--cluster", cluster)
     stack.run("process", "--until-caught-up")
+    store = ClickHouseStore(stack.dsn)
+    try:  # the store keeps both documents of each kind, the latest published first
+        for kind in ("ratecards", "inventory"):
+            kept = [orjson.loads(d) for _, _, d in store.reference_history(cluster, kind)]
+            assert kept == [orjson.loads((d / f"{kind}.json").read_bytes()) for d in (tmp_path, root / "full")], kind
+    finally:
+        store.close()
     live = orjson.loads(stack.run("showback", "--period", "2026-10", "--format", "json").stdout)
-    assert live["ratecard_version"] != october["ratecard_version"]  # the new card is in force live
+    assert live["ratecard_version"] == october["ratecard_version"] == "2026-10-v1"
+    # every line and amount as before (hours from utilization sums only to float noise)
+    assert _differences(live, orjson.loads(before)) == []
+    assert stack.run("ledger", "corrections").stdout == pending and orjson.loads(pending) == []
     out = orjson.loads(stack.run("replay", "--period", "2026-10", "--into", "replay_after_docs", "--at-close").stdout)
     assert out["hash"] == october["hash"] and out["same_hash"]

@@ -129,6 +129,9 @@ class ChStore:
         rows = self.store.query(f"SELECT {', '.join(names)} FROM gpuledger.{table} FINAL ORDER BY fact_id")[1]
         return [cls(*r) for r in rows]
 
+    def reference_rows(self) -> int:
+        return self.store.query("SELECT count() FROM gpuledger.reference_history FINAL")[1][0][0]
+
     def close(self):
         self.store.close()
 
@@ -142,6 +145,9 @@ class MemStore:
 
     def read_back(self, kind: str) -> list:
         return sorted(getattr(self.store, kind).values(), key=lambda f: f.fact_id)
+
+    def reference_rows(self) -> int:
+        return sum(len(docs) for docs in self.store.references.values())
 
     def close(self):
         pass
@@ -211,6 +217,49 @@ def test_store_returns_the_latest_checkpoint(store):
     store.store.save_checkpoint("other", Checkpoint(7, {}, {}))
     cp = store.store.load_checkpoint("p")
     assert (cp.seq, cp.offsets, cp.state) == (2, {"t:0": 9}, {"x": 2})
+
+
+CARD_A, CARD_B, CARD_C = ('[{"version": "a"}]', '[{"version": "b"}]', '[{"version": "c"}]')
+
+
+def test_store_keeps_every_reference_document_once(store):
+    """Append-only: a later document never replaces an earlier one (whatever their validity);
+    the same document delivered again is one row, at its latest publication."""
+    s = store.store
+    s.write_reference("cl", "ratecards", 100, CARD_A, 1_000)
+    s.write_reference("cl", "ratecards", 200, CARD_B, 2_000)
+    s.write_reference("cl", "ratecards", 50, CARD_C, 3_000)  # valid from earlier, published last
+    s.write_reference("cl", "ratecards", 100, CARD_A, 1_000)  # delivered again
+    s.write_reference("cl", "quotas", 100, "[]", 1_500)
+    s.write_reference("other", "ratecards", 100, CARD_A, 9_000)
+    assert s.reference_history("cl", "ratecards") == [(3_000, 50, CARD_C), (2_000, 200, CARD_B), (1_000, 100, CARD_A)]
+    assert store.reference_rows() == 5
+    s.write_reference("cl", "ratecards", 100, CARD_A, 4_000)  # the same document published again
+    assert s.reference_history("cl", "ratecards") == [(4_000, 100, CARD_A), (3_000, 50, CARD_C), (2_000, 200, CARD_B)]
+    assert store.reference_rows() == 5
+    assert s.reference_history("cl", "quotas") == [(1_500, 100, "[]")]
+    assert s.reference_history("other", "ratecards") == [(9_000, 100, CARD_A)]
+    assert s.reference_history("cl", "credits") == [] and s.reference_history("nowhere", "ratecards") == []
+
+
+def test_a_store_from_before_the_history_keeps_its_documents(tmp_path):
+    """A database written before ``reference_history`` existed: ``ensure_schema`` adds the
+    table, and the documents it kept (one per kind) are read as the oldest publications, also
+    once a later document replaced them in ``reference_documents``."""
+    ch = ChStore(tmp_path / "ch")
+    s = ch.store
+    s.command("DROP TABLE gpuledger.reference_history")  # as the schema was before it
+    s.insert("reference_documents", [["cl", "ratecards", 100, CARD_A], ["cl", "quotas", 100, "[]"]],
+             ["cluster_id", "kind", "observed_at_ms", "document"])
+    s.ensure_schema()
+    assert s.reference_history("cl", "ratecards") == [(-1, 100, CARD_A)]
+    s.write_reference("cl", "ratecards", 200, CARD_B, 2_000)
+    s.write_reference("cl", "quotas", 100, "[]", 2_500)  # kept before, published again: once
+    assert s.reference_history("cl", "ratecards") == [(2_000, 200, CARD_B), (-1, 100, CARD_A)]
+    assert s.reference_history("cl", "quotas") == [(2_500, 100, "[]")]
+    assert s.query("SELECT document FROM gpuledger.reference_documents FINAL WHERE kind = 'ratecards'")[1] == [
+        (CARD_B,)]
+    ch.close()
 
 
 # -- Ledger --------------------------------------------------------------------------------

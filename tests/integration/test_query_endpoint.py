@@ -95,7 +95,7 @@ def test_writes_files_ddl_and_lifted_limits_are_refused_by_the_engine(served, tm
     assert not out.exists()
     assert store.query("EXISTS TABLE gpuledger.processor_checkpoints")[1] == [(1,)]
     assert store.query("SELECT count() FROM gpuledger.request_facts")[1] == [(0,)]
-    store.write_reference("c1", "ratecards", 1, "[]")  # the writer's session is untouched by the refusal
+    store.write_reference("c1", "ratecards", 1, "[]", 2)  # the writer's session is untouched by the refusal
     assert _sql(server, "SELECT count() FROM gpuledger.reference_documents")[1]["rows"] == [[1]]
 
 

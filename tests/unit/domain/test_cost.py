@@ -8,7 +8,7 @@ import pytest
 
 from gpuledger.domain.cost import (RatecardError, card_windows, cents, overhead_pool, parse_ratecards, round_cents,
                                    signed_cents)
-from gpuledger.domain.rows import first_valid
+from gpuledger.domain.reference_history import in_force
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 
 OCT = parse_rfc3339_ms("2026-10-01T00:00:00Z")
@@ -72,11 +72,11 @@ def test_rates_must_be_finite_and_not_negative(where, card, cause):
 def test_a_card_that_is_not_an_object_is_named():
     with pytest.raises(RatecardError, match=r"ratecards\[1\] must be an object"):
         parse_ratecards([{"version": "v", "valid_from": "2026-10-01T00:00:00Z"}, "x"])
-def test_pricing_takes_the_newest_stored_document_that_parses(caplog):
+def test_stored_documents_that_do_not_parse_are_skipped(caplog):
     good = [{"version": "v1", "valid_from": "2026-10-01T00:00:00Z", "gpu_hour": {"H100": {"guaranteed": 2.5}}}]
     bad = [{**good[0], "version": "v2", "gpu_hour": {"H100": {"guaranteed": "NaN"}}}]
     newest_first = [orjson.dumps(bad).decode(), "{garbage", orjson.dumps(good).decode()]
-    (card,) = first_valid(newest_first, parse_ratecards, "rate cards")
+    (card,) = in_force("ratecards", newest_first).parsed
     assert card.version == "v1"
     assert sum("skipping stored rate cards document" in r.getMessage() for r in caplog.records) == 2
-    assert first_valid(["{garbage"], parse_ratecards, "rate cards") == []
+    assert in_force("ratecards", ["{garbage"]).parsed == []

@@ -40,8 +40,9 @@ def test_tenants_may_only_select_the_facts_and_the_rate_cards():
     shared = [s for s in statements if "`gpuledger_tenants_shared`" in s]
     assert shared == [*[f"CREATE ROW POLICY OR REPLACE `gpuledger_tenants_shared` ON gpuledger.{t} "
                         "FOR SELECT USING 0 AS PERMISSIVE TO `gpuledger_tenants`" for t in TENANT_FACT_TABLES],
-                      "CREATE ROW POLICY OR REPLACE `gpuledger_tenants_shared` ON gpuledger.reference_documents "
-                      "FOR SELECT USING kind = 'ratecards' AS PERMISSIVE TO `gpuledger_tenants`"]
+                      *[f"CREATE ROW POLICY OR REPLACE `gpuledger_tenants_shared` ON gpuledger.{t} "
+                        "FOR SELECT USING kind = 'ratecards' AS PERMISSIVE TO `gpuledger_tenants`"
+                        for t in ("reference_documents", "reference_history")]]
     for table in ("ledger_documents", "ledger_prepared", "processor_checkpoints", "inventory_gpus",
                   "inventory_unavailable"):
         assert not any(table in s for s in _grants_to(statements, "gpuledger_tenants"))
@@ -168,7 +169,7 @@ def test_the_embedded_identity_of_a_tenant_has_its_grants_and_row_filters():
     grants, filters, readonly = _identity(M.embedded_users_xml(tenant_ids=["acme"]))
     assert grants == [f"GRANT SELECT ON gpuledger.{t}" for t in POLICY_TABLES]
     assert filters == {**{t: "tenant_id = 'acme'" for t in TENANT_FACT_TABLES},
-                       "reference_documents": "kind = 'ratecards'"}
+                       "reference_documents": "kind = 'ratecards'", "reference_history": "kind = 'ratecards'"}
     assert readonly == "2"
 
 

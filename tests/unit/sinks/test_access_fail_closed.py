@@ -57,8 +57,9 @@ def test_the_shared_role_alone_reads_no_fact_on_any_server(default_setting):
     held = held_roles(M, roles=[M.tenants_role])
     for table in TENANT_FACT_TABLES:
         assert visible(server_filter(M.policies(["acme"]), table, held, default_setting), ROWS) == [], table
-    shared = visible(server_filter(M.policies(["acme"]), "reference_documents", held, default_setting), ROWS)
-    assert shared and {r["kind"] for r in shared} == {"ratecards"}
+    for table in ("reference_documents", "reference_history"):
+        shared = visible(server_filter(M.policies(["acme"]), table, held, default_setting), ROWS)
+        assert shared and {r["kind"] for r in shared} == {"ratecards"}, table
 
 
 def test_without_its_zero_policies_the_shared_role_would_read_every_tenant_on_a_default_server():
@@ -88,7 +89,8 @@ def test_every_reader_holds_a_policy_on_every_table_it_may_read():
         readable = {t for r, t in grants if r == role and t in POLICY_TABLES}
         covered = {p.table for p in M.policies() if role in p.roles}
         assert readable and readable <= covered, role
-    assert SHARED_ROLE_FILTERS == {**{t: "0" for t in TENANT_FACT_TABLES}, "reference_documents": "kind = 'ratecards'"}
+    assert SHARED_ROLE_FILTERS == {**{t: "0" for t in TENANT_FACT_TABLES}, "reference_documents": "kind = 'ratecards'",
+                                   "reference_history": "kind = 'ratecards'"}
 
 
 # -- reader limits ----------------------------------------------------------------------------
