@@ -125,11 +125,11 @@ def test_suspense_decisions_are_kept_by_id():
     first, grown = doc(a1), doc(a1, a2)  # `suspense assign` publishes the whole list, grown by one
     force = in_force("suspense", [grown, first])
     assert [a.assignment_id for a in force.parsed] == ["a1", "a2"]
-    assert set(decisions_in_force(force.parsed)) == {("2026-10", "t", None), ("2026-11", "t", None)}
+    assert set(decisions_in_force(force.parsed)) == {("2026-10", "t", "", None), ("2026-11", "t", "", None)}
     assert documents_used(force, OCT, NOV) == [grown]
     # a list published without an earlier decision does not undo it (a release does)
     force = in_force("suspense", [doc(a2), first])
-    assert set(decisions_in_force(force.parsed)) == {("2026-10", "t", None), ("2026-11", "t", None)}
+    assert set(decisions_in_force(force.parsed)) == {("2026-10", "t", "", None), ("2026-11", "t", "", None)}
     assert documents_used(force, OCT, NOV) == [first] and documents_used(force, NOV, DEC) == [doc(a2)]
 
 
