@@ -16,7 +16,7 @@ from gpuledger.domain.showback import build_showback
 from gpuledger.producers.capture import load_reference
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.showback_sql import ClusterScopeError, read_showback_rows
-from pipeline import MemoryPipeline, ingest, partitioned
+from pipeline import WALL_MS, MemoryPipeline, ingest, partitioned
 from plans import H, SERVICE_SHARE_HOURS, T0, service_plan
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ def _showback(plan, tmp_path, documents: tuple = (), extra_facts: FactBatch | No
     for i, (cluster, kind, doc) in enumerate(documents):
         path = tmp_path / f"{kind}-{i}.json"
         path.write_bytes(orjson.dumps(doc))
-        load_reference(path, kind, cluster, pub, topics, lambda: END)
+        load_reference(path, kind, cluster, pub, topics, lambda i=i: WALL_MS + 60_000 * (i + 1))  # after the capture's
     store = ClickHouseStore(f"chdb://{tmp_path / 'clickhouse'}")
     try:
         store.ensure_schema()
