@@ -6,15 +6,21 @@ The borrowed part is the quota sweep of domain/preemption.py and domain/quota.py
 interval a tenant held (capacity facts) goes through its class's sweep together, tagged with
 its pod when the cluster ended that pod (``unit``; everything else is one untagged unit), and
 at each instant the tenant's holding of a class up to its quota is guaranteed, shared by the
-units in proportion to what each holds; the rest is borrowed. The quotas are the newest
-``quotas`` document's (effective-dated entries). Windows are half-open ``[%(f)s, %(t)s)`` in
-ms; a pod counts when its life overlaps the window, with what it held inside it. ``where`` is
-a further condition on the capacity facts (``tenant_id``, ``gpu_class``): it keeps or drops a
-tenant's class whole, so the sweep is never cut. The scheduler dashboard's "Preemption and
-reclaim" panels are these queries over its range (sinks/scheduler_sql.py ``as_panel``).
+units in proportion to what each holds; the rest is borrowed. The quotas are those in force
+(sinks/reference_sql.py ``entries_in_force_sql``: every ``quotas`` document published, the
+latest publication of each entry winning), each within its own dates. Windows are half-open
+``[%(f)s, %(t)s)`` in ms; a pod counts when its life overlaps the window, with what it held
+inside it. ``where`` is a further condition on the capacity facts (``tenant_id``,
+``gpu_class``): it keeps or drops a tenant's class whole, so the sweep is never cut. The
+scheduler dashboard's "Preemption and reclaim" panels are these queries over its range
+(sinks/scheduler_sql.py ``as_panel``).
 """
 
 from __future__ import annotations
+
+import textwrap
+
+from gpuledger.sinks.reference_sql import entries_in_force_sql
 
 __all__ = ["DISRUPTED", "reclaimed_by_tenant_sql", "reclaimed_pods_sql", "reclaimed_split_sql"]
 
@@ -25,6 +31,8 @@ def reclaimed_split_sql(db: str, where: str = "1") -> str:
     """Per tenant, GPU class and disrupted pod: ``gpu_hours`` held in the window,
     ``guaranteed_gpu_hours`` and ``borrowed_gpu_hours`` (unrounded)."""
     return f"""WITH toInt64(%(f)s) AS w_from_ms, toInt64(%(t)s) AS w_to_ms,
+          entries AS (
+            {textwrap.indent(entries_in_force_sql(db), "    ").lstrip()}),
           disrupted AS (
             SELECT pod_uid, any(outcome) AS ended_by FROM {db}.demand_facts FINAL
             WHERE outcome IN ({DISRUPTED}) AND waited_to_ms > w_from_ms AND waited_from_ms < w_to_ms
@@ -44,9 +52,7 @@ def reclaimed_split_sql(db: str, where: str = "1") -> str:
                    toUnixTimestamp64Milli(parseDateTime64BestEffort(JSONExtractString(q, 'valid_from'), 3, 'UTC')) AS q_from_ms,
                    if(JSONExtractString(q, 'valid_to') = '', toInt64(9e18),
                       toUnixTimestamp64Milli(parseDateTime64BestEffort(JSONExtractString(q, 'valid_to'), 3, 'UTC'))) AS q_to_ms
-            FROM (SELECT arrayJoin(JSONExtractArrayRaw(argMax(document, observed_at_ms))) AS q
-                  FROM {db}.reference_documents FINAL
-                  WHERE kind = 'quotas' AND cluster_id IN (SELECT cluster_id FROM {db}.capacity_facts))),
+            FROM (SELECT entry AS q FROM entries WHERE kind = 'quotas')),
           deltas AS (
             SELECT tenant_id, gpu_class, unit, t, sum(d) AS d
             FROM (SELECT tenant_id, gpu_class, unit, a AS t, gpus AS d FROM held

@@ -5,11 +5,18 @@ before it existed holds its documents in ``reference_documents`` only (one per c
 kind, which a later document replaces): they are read too, as published before everything in
 the history (``published_at_ms`` -1), and copied into it before the first document a writer
 stores (``kept_documents_sql``), so a later one replacing them there loses nothing. A
-document in both is read once."""
+document in both is read once.
+
+Pricing chooses the entries in force from the documents (domain/reference_history.py); a
+dashboard or an analyst's query reads them with ``entries_in_force_sql``, the same choice in
+SQL."""
 
 from __future__ import annotations
 
-__all__ = ["history_sql", "inventory_documents_sql", "kept_documents_sql"]
+__all__ = ["ENTRY_KINDS", "entries_in_force_sql", "history_sql", "inventory_documents_sql", "kept_documents_sql"]
+
+# The kinds whose entries price (domain/reference_history.py ``ENTRY_KEYS``).
+ENTRY_KINDS = ("ratecards", "quotas", "endpoints", "credits", "suspense")
 
 
 def kept_documents_sql(db: str) -> str:
@@ -35,6 +42,35 @@ def history_sql(db: str, every_cluster: bool = False) -> str:
             FROM {db}.reference_documents FINAL WHERE {where})
         GROUP BY cluster_id, observed_at_ms, document
         ORDER BY cluster_id, published_at_ms DESC, observed_at_ms DESC, document DESC"""
+
+
+def entries_in_force_sql(db: str) -> str:
+    """The entries in force of ``ENTRY_KINDS`` for the clusters with capacity facts: every
+    document published (the history, and what ``reference_documents`` alone holds, as published
+    at -1) split into its entries, and per kind and entry key (domain/reference_history.py
+    ``ENTRY_KEYS``: a card's version; a quota's tenant, class and valid_from; an endpoint's id
+    and valid_from; a credit's and a decision's id) the entry of the latest publication (ties:
+    by observed_at_ms, then the document: the order of ``history_sql``). Columns: ``kind``,
+    ``entry`` (its JSON), ``pos`` (its place in its document, from 1), ``published`` (its
+    document's publication, ms). Each entry then applies by its own dates, which the reader
+    checks. Unlike pricing, a document that does not parse is not left out."""
+    where = (f"kind IN ({', '.join(repr(k) for k in ENTRY_KINDS)}) "
+             f"AND cluster_id IN (SELECT cluster_id FROM {db}.capacity_facts)")
+    valid_from = "toString(parseDateTime64BestEffortOrZero(JSONExtractString(item, 'valid_from'), 3, 'UTC'))"
+    return f"""SELECT kind, argMax((item, place), (published_at_ms, observed_at_ms, document)) AS latest,
+          latest.1 AS entry, latest.2 AS pos, max(published_at_ms) AS published
+        FROM (SELECT kind, published_at_ms, observed_at_ms, document, JSONExtractArrayRaw(document) AS items
+              FROM (SELECT kind, published_at_ms, observed_at_ms, document FROM {db}.reference_history FINAL
+                    WHERE {where}
+                    UNION ALL
+                    SELECT kind, toInt64(-1), observed_at_ms, document FROM {db}.reference_documents FINAL
+                    WHERE {where}))
+        ARRAY JOIN items AS item, arrayEnumerate(items) AS place
+        GROUP BY kind, multiIf(kind = 'ratecards', [JSONExtractRaw(item, 'version')],
+          kind = 'quotas', [JSONExtractRaw(item, 'tenant_id'), JSONExtractRaw(item, 'gpu_class'), {valid_from}],
+          kind = 'endpoints', [JSONExtractRaw(item, 'endpoint_id'), {valid_from}],
+          kind = 'credits', [JSONExtractRaw(item, 'credit_id')],
+          [JSONExtractRaw(item, 'assignment_id')])"""
 
 
 def inventory_documents_sql(db: str) -> str:

@@ -19,6 +19,7 @@ import re
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 
@@ -27,10 +28,12 @@ from grafana_macros import MacroError, TimeRange, Variable, apply_conditional_al
 from gpuledger.demo.builder import det_uuid
 from gpuledger.demo.cluster import ClusterPlan, NamespacePlan, PodPlan, write_capture
 from gpuledger.demo.plan import demo_plan
+from gpuledger.domain.showback import build_showback
 from gpuledger.domain.timeutil import parse_rfc3339_ms
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.health_sql import health_ddl_statements
 from gpuledger.sinks.schema_sql import ddl_statements
+from gpuledger.sinks.showback_sql import read_showback_rows
 from stack_support import REPO, Stack
 
 pytestmark = pytest.mark.integration
@@ -346,7 +349,8 @@ def test_every_docs_query_returns_rows_on_the_demo_data(demo):
     assert not failures, "\n".join(failures)
 
 
-def test_docs_answers_agree_with_the_showback(demo):
+def check_priced_answers(demo: Demo) -> None:
+    """Questions 1, 2 and 9 (quotas, endpoint declarations, rate cards) give the showback's numbers."""
     tenants = {t["tenant_id"]: t for t in demo.showback["tenants"]}
     cols, rows = demo.store.query(question(1)[0])
     split = {(r[0], r[1]): (r[2], r[3]) for r in rows}
@@ -362,6 +366,11 @@ def test_docs_answers_agree_with_the_showback(demo):
     _, rows = demo.store.query(question(9)[0])
     received = {r[2]: r[-1] for r in rows}
     assert received == pytest.approx({s["tenant_id"]: s["gpu_hours"] for s in endpoint["shares"]}, abs=2e-6)
+
+
+def test_docs_answers_agree_with_the_showback(demo):
+    check_priced_answers(demo)
+    tenants = {t["tenant_id"]: t for t in demo.showback["tenants"]}
     _, rows = demo.store.query(question(10)[0])
     assert [(r[0], r[-1]) for r in rows] == [("gpu-node-2", 45.0)]  # the demo's 45-minute telemetry gap
     _, rows = demo.store.query(question(3)[0])
@@ -386,7 +395,8 @@ def panel_rows(demo: Demo, stem: str, title: str) -> list[tuple]:
     return demo.store.query(render(panel["targets"][0]["rawSql"], RANGE, variables))[1]
 
 
-def test_dashboard_numbers_agree_with_the_showback(demo):
+def check_quota_panels(demo: Demo) -> None:
+    """The panels that split GPU-hours by quota give the showback's guaranteed and borrowed hours."""
     tenants = {t["tenant_id"]: t for t in demo.showback["tenants"]}
     rows = panel_rows(demo, "scheduler-capacity", "Guaranteed and borrowed GPU-hours by tenant and class")
     expected = {(t, c, k): v[k] for t, e in tenants.items() for c, v in e["gpu_hours_by_class"].items()
@@ -399,6 +409,10 @@ def test_dashboard_numbers_agree_with_the_showback(demo):
         if allocation_class == "borrowed":
             by_tenant[tenant] = by_tenant.get(tenant, 0.0) + hours
     assert by_tenant == pytest.approx({t: e["borrowed_gpu_hours"] for t, e in tenants.items()}, abs=5e-3)
+
+
+def test_dashboard_numbers_agree_with_the_showback(demo):
+    check_quota_panels(demo)
     rows = panel_rows(demo, "fleet-capacity-health", "Telemetry coverage per node")
     unknown = demo.showback["platform"]["idle_gpu_hours"]["telemetry_unknown"]
     assert sum(r[3] for r in rows) == pytest.approx(unknown, abs=5e-3)
@@ -408,6 +422,10 @@ def test_dashboard_numbers_agree_with_the_showback(demo):
 def test_cost_panels_agree_with_the_showback(demo):
     """The cost panels price the facts with the rate card in force as domain/pricing.py does; the
     showback rounds each line to cents, the panels each sum, so they agree to a few cents."""
+    check_cost_panels(demo)
+
+
+def check_cost_panels(demo: Demo) -> None:
     tenants = {t["tenant_id"]: t for t in demo.showback["tenants"] if t["cost"]}
     rows = panel_rows(demo, "tenant-showback", "Cost by tenant and component")
     got = {(r[0], r[1]): r[5] for r in rows}
@@ -434,3 +452,101 @@ def test_cost_panels_agree_with_the_showback(demo):
     _, _, _, cost, ok, tokens, per_request, per_million = rows[0]
     assert (cost, ok, tokens) == (endpoint["cost"], endpoint["successful_requests"], endpoint["output_tokens"])
     assert (per_request, per_million) == (endpoint["per_successful_request"], endpoint["per_million_output_tokens"])
+
+
+# -- documents published later: the entries in force ----------------------------------------
+
+DECEMBER = "2026-12-01T00:00:00Z"
+
+
+@dataclasses.dataclass
+class InDatabase:
+    """Runs SQL written for the gpuledger database on ``store``'s database, which holds the
+    same ``tables``."""
+
+    store: ClickHouseStore
+    tables: tuple[str, ...]
+
+    def query(self, sql: str, parameters: dict | None = None) -> tuple[list[str], list[tuple]]:
+        named = re.sub(rf"\bgpuledger\.({'|'.join(self.tables)})\b", rf"{self.store.db}.\1", sql)
+        return self.store.query(named, parameters)
+
+
+def copy_of(store: ClickHouseStore, database: str) -> InDatabase:
+    """The rows of ``store``'s tables in another database of the same engine: documents
+    published there leave the demo's own as they were."""
+    copy = store.sibling(database)
+    copy.drop_database()
+    copy.command(f"CREATE DATABASE {database}")
+    _, rows = store.query(f"SELECT name FROM system.tables WHERE database = '{store.db}' AND engine LIKE '%MergeTree'")
+    tables = tuple(sorted(r[0] for r in rows))
+    for name in tables:
+        copy.command(f"CREATE TABLE {database}.{name} AS {store.db}.{name}")
+        copy.command(f"INSERT INTO {database}.{name} SELECT * FROM {store.db}.{name}")
+    return InDatabase(copy, tables)
+
+
+def publish(store: ClickHouseStore, kind: str, entries: list[dict], observed_at: str) -> None:
+    """A document of ``kind`` stored as the sink stores one published after all the others."""
+    _, rows = store.query(f"SELECT cluster_id, max(published_at_ms) FROM {store.db}.reference_history "
+                          "GROUP BY cluster_id")
+    ((cluster, last),) = rows
+    store.write_reference(cluster, kind, parse_rfc3339_ms(observed_at), json.dumps(entries), int(last) + 1)
+
+
+def newest(store: ClickHouseStore, kind: str) -> list[dict]:
+    """The entries of the document of ``kind`` published last."""
+    _, rows = store.query(f"SELECT any(cluster_id) FROM {store.db}.reference_history")
+    return json.loads(store.reference_history(rows[0][0], kind)[0][2])
+
+
+def repriced(card: dict, rate) -> dict:
+    """The card with ``rate(old)`` for every GPU-hour rate."""
+    return {**card, "gpu_hour": {k: {p: rate(v) for p, v in r.items()} for k, r in card["gpu_hour"].items()}}
+
+
+def test_documents_published_later_leave_the_panels_to_the_entries_in_force(demo):
+    """After a rate-card document holding only a card from December, a quotas document holding
+    only quotas from December and an endpoints document declaring the endpoint from December
+    are published, October's cost, quota and endpoint panels and answers are what the showback
+    says, as before: the entries in force are every document's, each within its own dates
+    (the newest document of a kind alone would leave October without a card, its quotas and its
+    endpoint). October's card and quotas published again with other numbers, a credit and
+    suspense decisions for October then price October anew, in the panels as in the showback."""
+    copy = copy_of(demo.store, f"later_{uuid.uuid4().hex[:8]}")
+    store = copy.store
+    try:
+        cards, quotas, endpoints = (newest(store, k) for k in ("ratecards", "quotas", "endpoints"))
+        assert [c["version"] for c in cards] == ["2026-10-v1"] and quotas and endpoints
+        publish(store, "ratecards", [{**repriced(c, lambda _: 9.99), "version": "2026-12-v1", "valid_from": DECEMBER,
+                                      "valid_to": None} for c in cards], DECEMBER)
+        publish(store, "quotas", [{**q, "guaranteed_gpus": q["guaranteed_gpus"] + 1, "valid_from": DECEMBER}
+                                  for q in quotas], DECEMBER)
+        publish(store, "endpoints", [{**e, "namespaces": ["nobody"], "valid_from": DECEMBER} for e in endpoints],
+                DECEMBER)
+        later = Demo(copy, demo.showback)
+        check_cost_panels(later)
+        check_quota_panels(later)
+        check_priced_answers(later)
+
+        october = cards[0]["valid_from"]
+        publish(store, "ratecards", [repriced(c, lambda v: 2 * v) for c in cards], october)
+        publish(store, "quotas", [{**q, "guaranteed_gpus": q["guaranteed_gpus"] / 2} for q in quotas], october)
+        publish(store, "credits", [{"credit_id": "goodwill-1", "tenant_id": "vision", "period": "2026-10",
+                                    "amount": 25, "reason": "an outage"}], october)
+        # two decisions for the same hours at the same instant: the later in the list holds
+        held = next(t["tenant_id"] for t in demo.showback["tenants"] if t["cost"].get("under_review"))
+        payer = next(t["tenant_id"] for t in demo.showback["tenants"] if t["tenant_id"] not in ("", held))
+        decided = {"period": "2026-10", "tenant_id": held, "reason": "reviewed", "by": "finops", "at": october}
+        publish(store, "suspense", [{**decided, "assignment_id": "s-1", "to": "central"},
+                                    {**decided, "assignment_id": "s-2", "to": payer}], october)
+        showback = json.loads(orjson.dumps(build_showback(read_showback_rows(store, T0, T0 + HOURS * H))))
+        before = {t["tenant_id"]: t["cost"] for t in demo.showback["tenants"]}
+        after = {t["tenant_id"]: t["cost"] for t in showback["tenants"]}
+        assert after["vision"]["credits"] == 25 and after[payer]["suspense_assigned"] > 0 and after != before
+        again = Demo(copy, showback)
+        check_cost_panels(again)
+        check_quota_panels(again)
+        check_priced_answers(again)
+    finally:
+        store.drop_database()
