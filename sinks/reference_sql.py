@@ -13,10 +13,11 @@ SQL."""
 
 from __future__ import annotations
 
+from gpuledger.domain.reference_history import ENTRY_KEYS
+
 __all__ = ["ENTRY_KINDS", "entries_in_force_sql", "history_sql", "inventory_documents_sql", "kept_documents_sql"]
 
-# The kinds whose entries price (domain/reference_history.py ``ENTRY_KEYS``).
-ENTRY_KINDS = ("ratecards", "quotas", "endpoints", "credits", "suspense")
+ENTRY_KINDS = tuple(ENTRY_KEYS)  # the kinds whose entries price
 
 
 def kept_documents_sql(db: str) -> str:
