@@ -163,7 +163,7 @@ class Attributor(SampleAttribution):
         ended = st.scrape_end(observed_at_ms, self.stale_ceiling_ms)
         if ended is not None:
             self._end_scrape(node, st, *ended)
-        for fact in health_facts(self.cluster_id, node, observed_at_ms, exposition, pos):
+        for fact in health_facts(self.cluster_id, node, observed_at_ms, parsed, pos):
             self._health_out.append(fact)
             self._incident_out += self.health.observe(fact)
         rows = []

@@ -18,6 +18,7 @@ where a window's facts end depends only on the snapshots in it, never on read or
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from gpuledger.domain.facts import CapacityFact, SourcePos, built, fact_id
@@ -176,10 +177,8 @@ def _capacity_id(cluster_id: str, device_id: str, a: int, b: int, kind: str, who
 
 
 _BOUNDS = frozenset(("fact_id", "valid_from_ms", "valid_to_ms", "src_topic", "src_partition", "src_offset"))
-
-
-def _same(d: dict) -> tuple:
-    return tuple(v for k, v in d.items() if k not in _BOUNDS)
+# a fact's fields but its bounds and source record, as one tuple (facts carry every field)
+_same = operator.itemgetter(*(f for f in CapacityFact.__dataclass_fields__ if f not in _BOUNDS))
 
 
 def merge_runs(items: list[tuple[str, CapacityFact, Piece]]) -> list[tuple[str, CapacityFact, Piece]]:

@@ -6,16 +6,25 @@ so is a value no GPU can report (``_PLAUSIBLE``: framebuffer bytes outside [0, 2
 outside [0, 10^5) W, negative energy): counted as a skipped series, never stored.
 MIG-instance series carry the parent's UUID plus ``GPU_I_ID`` (no MIG UUID): they become
 samples of that GPU instance (``gpu_instance_id``), never of the parent.
+
+The same pass reads the health and thermal series (``HEALTH_FIELDS``, the facts are built in
+domain/gpu_health.py) into ``DcgmParse.health``: one walk over the scrape's lines, one cache
+entry per series for both readings. A health series never makes the scrape fail: a value or a
+label set it cannot read is left out of the health fields (and judged as before by the
+attribution reading, which refuses a malformed attribution series).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["DcgmParse", "DeviceSample", "parse_exposition"]
+from gpuledger.domain.facts import built
+
+__all__ = ["HEALTH_FIELDS", "DcgmParse", "DeviceSample", "HealthDevice", "parse_exposition", "sample_of"]
 
 _SENTINEL_MIN = 9.0e15  # int64 blanks: 0x7ffffffffffffff0 + 0..15 (blank, not found, not supported, ...)
 _FP64_BLANK = 2.0 ** 47  # fp64 blanks: 140737488355328.0 + 0..15 (SM active, power)
@@ -41,15 +50,71 @@ class DeviceSample:
     per_pod: tuple = ()  # ((namespace, pod, SM-active ratio), ...) when sharing pods' series differ
 
 
+_MIB = 1024 * 1024
+# exporter series -> (health fact field, scale to the fact's unit, integer?)
+HEALTH_FIELDS: dict[str, tuple[str, float, bool]] = {
+    "DCGM_FI_DEV_XID_ERRORS": ("xid_last", 1, True),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_sbe_volatile_total", 1, True),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_dbe_volatile_total", 1, True),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("ecc_sbe_aggregate_total", 1, True),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc_dbe_aggregate_total", 1, True),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows_correctable", 1, True),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows_uncorrectable", 1, True),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("row_remap_failure", 1, True),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_event_reasons", 1, True),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_event_reasons", 1, True),
+    "DCGM_FI_DEV_GPU_TEMP": ("gpu_temp_c", 1, False),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("memory_temp_c", 1, False),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("pcie_replays_total", 1, True),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("nvlink_crc_flit_errors_total", 1, True),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("nvlink_crc_data_errors_total", 1, True),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("nvlink_replay_errors_total", 1, True),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("nvlink_recovery_errors_total", 1, True),
+    "DCGM_FI_DEV_FB_TOTAL": ("fb_total_bytes", _MIB, True),
+    "DCGM_FI_DEV_FB_FREE": ("fb_free_bytes", _MIB, True),
+    "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", _MIB, True),
+    "DCGM_FI_DEV_FB_RESERVED": ("fb_reserved_bytes", _MIB, True),
+    "DCGM_FI_DEV_POWER_VIOLATION": ("power_violation_s", 1e-9, False),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": ("thermal_violation_s", 1e-9, False),
+}
+_INT64_LIMIT = float(2 ** 63)  # the health facts' integer columns are Avro longs
+
+
+@dataclass(frozen=True)
+class HealthDevice:
+    """The device a health series is about (its label set)."""
+
+    gpu_uuid: str
+    gpu_instance_id: int | None
+    profile: str
+    model: str
+    pci_bus_id: str
+
+
+_SAMPLE_FIELDS = tuple(DeviceSample.__dataclass_fields__)
+
+
+def sample_of(row) -> DeviceSample:
+    """The sample of a row of its fields in order (how attribution state holds queued samples),
+    built without the frozen ``__init__`` on the per-sample path (a shorter row, from state
+    written before the later fields existed, takes their defaults)."""
+    if len(row) != len(_SAMPLE_FIELDS):
+        return DeviceSample(*row)
+    return built(DeviceSample, dict(zip(_SAMPLE_FIELDS, row)))
+
+
 @dataclass(frozen=True)
 class DcgmParse:
     samples: list[DeviceSample]
     series_parsed: int
     skipped: dict[str, int]  # reason -> series count; parsed + skipped = every series of the scrape
+    # device -> its health fields in the fact's units (first series of a device wins)
+    health: dict[HealthDevice, dict[str, float | int]] = dc_field(default_factory=dict, compare=False)
 
 
 _series_cache: dict[str, tuple] = {}  # series text (name and label set) -> _series
 _labels_cache: dict[str, tuple] = {}  # label set text -> _identity
+_health_cache: dict[str, HealthDevice | None] = {}  # label set text -> _health_device
 _CACHE_MAX = 200_000
 _REPEATED = "repeated series of the same device (one per sharing pod)"
 _RATIO_FIELDS = {"sm_active": 1.0, "gr_active": 1.0, "gpu_util_pct": 0.01}
@@ -60,13 +125,17 @@ _PLAUSIBLE = {"fb_used_mib": (0.0, 2.0 ** 30, "implausible framebuffer used (not
 _ANY = (-math.inf, math.inf, "")
 
 
+def _labels(name: str, label_text: str) -> dict[str, str]:
+    """A label set, parsed by prometheus_client's text parser (raises on one it refuses)."""
+    return list(text_string_to_metric_families(f"{name}{label_text} 0\n"))[0].samples[0].labels
+
+
 def _identity(name: str, label_text: str) -> tuple:
-    """(device key, modelName, skip reason, (namespace, pod) or None) of a label set, parsed by
-    prometheus_client's text parser once per distinct label text (shared by a device's fields)."""
+    """(device key, modelName, skip reason, (namespace, pod) or None) of a label set, parsed
+    once per distinct label text (shared by a device's fields)."""
     found = _labels_cache.get(label_text)
     if found is None:
-        families = list(text_string_to_metric_families(f"{name}{label_text} 0\n"))
-        labels = families[0].samples[0].labels
+        labels = _labels(name, label_text)
         uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
         instance = labels.get("GPU_I_ID")
         if not uuid:
@@ -82,17 +151,42 @@ def _identity(name: str, label_text: str) -> tuple:
     return found
 
 
+def _health_device(name: str, label_text: str) -> HealthDevice | None:
+    """The device a health series names (None without a UUID, with a non-numeric GPU_I_ID or
+    with a label set the parser refuses)."""
+    if label_text in _health_cache:
+        return _health_cache[label_text]
+    try:
+        labels = _labels(name, label_text)
+    except Exception:  # noqa: BLE001 — a health series never fails the scrape
+        labels = {}
+    uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
+    instance = labels.get("GPU_I_ID")
+    found = None
+    if uuid and (instance is None or instance.isdigit()):
+        found = HealthDevice(uuid, None if instance is None else int(instance), labels.get("GPU_I_PROFILE", ""),
+                             labels.get("modelName", ""), labels.get("pci_bus_id", ""))
+    if len(_health_cache) >= _CACHE_MAX:
+        _health_cache.clear()
+    _health_cache[label_text] = found
+    return found
+
+
 def _series(series: str, brace: int) -> tuple:
     """(field, device key, modelName, skip reason, (namespace, pod) or None, plausible low,
-    high, implausible reason, ratio field?) of one series, cached: series repeat verbatim
-    scrape after scrape. A series without labels is ``name{}``."""
+    high, implausible reason, ratio field?, health) of one series, cached: series repeat
+    verbatim scrape after scrape. A series without labels is ``name{}``. ``health``: (health
+    field, scale, integer?, device) of a health series naming a device, else None."""
     name, label_text = series[:brace], series[brace:]
     field = _FIELDS.get(name)
+    spec = HEALTH_FIELDS.get(name)
+    device = None if spec is None else _health_device(name, label_text)
+    health = None if device is None else (*spec, device)
     if field is None:
-        found = (None, None, "", f"not an attribution field: {name}", None, 0.0, 0.0, "", False)
+        found = (None, None, "", f"not an attribution field: {name}", None, 0.0, 0.0, "", False, health)
     else:
         low, high, implausible = _PLAUSIBLE.get(field, _ANY)
-        found = (field, *_identity(name, label_text), low, high, implausible, field in _RATIO_FIELDS)
+        found = (field, *_identity(name, label_text), low, high, implausible, field in _RATIO_FIELDS, health)
     if len(_series_cache) >= _CACHE_MAX:
         _series_cache.clear()
     _series_cache[series] = found
@@ -104,7 +198,7 @@ def _per_pod(by_field: dict[str, dict[tuple, float]]) -> tuple:
     for field_name, scale in _RATIO_FIELDS.items():
         values = by_field.get(field_name)
         if values:
-            if len(set(values.values())) < 2:
+            if len(values) < 2 or len(set(values.values())) < 2:
                 return ()
             return tuple((ns, pod, min(max(v * scale, 0.0), 1.0)) for (ns, pod), v in sorted(values.items()))
     return ()
@@ -117,14 +211,28 @@ def _value(rest: str, line: str) -> float:
     return float(parts[0])
 
 
+def _lenient(rest: str) -> float | None:
+    """A health series' value, None where there is none to read."""
+    parts = rest.split()
+    try:
+        return float(parts[0]) if parts else None
+    except ValueError:
+        return None
+
+
+def _blank(value: float) -> bool:
+    return math.isnan(value) or abs(value) >= _SENTINEL_MIN or _FP64_BLANK <= value < _FP64_BLANK + 16
+
+
 def parse_exposition(text: str) -> DcgmParse:
     """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
     per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
     models: dict[tuple[str, int | None], str] = {}
     pod_values: dict[tuple, dict[str, dict[tuple, float]]] = {}  # key -> field -> pod -> value
+    health_out: dict[HealthDevice, dict[str, float | int]] = {}
     skipped: dict[str, int] = {}
     parsed = 0
-    cache, isnan = _series_cache, math.isnan
+    cache, blank, isfinite = _series_cache, _blank, math.isfinite
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
@@ -142,14 +250,32 @@ def parse_exposition(text: str) -> DcgmParse:
             if series[:brace] in _FIELDS:  # the value is read before the labels, as on a hit
                 _value(rest, line)
             info = _series(series, brace)
-        field, key, model, reason, pod, low, high, implausible, ratio = info
+        field, key, model, reason, pod, low, high, implausible, ratio, health = info
+        value = None
         if field is not None:
             try:
                 value = float(rest)  # " 0.5": one token, as split() would give it
             except ValueError:
                 value = _value(rest, line)
+        if health is not None:
+            hvalue = value
+            if hvalue is None:
+                try:
+                    hvalue = float(rest)
+                except ValueError:
+                    hvalue = _lenient(rest)
+            if hvalue is not None and not blank(hvalue) and hvalue >= 0:
+                hfield, scale, integer, device = health
+                scaled = hvalue * scale
+                if isfinite(scaled) and not (integer and scaled >= _INT64_LIMIT):  # else a value no counter reaches
+                    fields = health_out.get(device)
+                    if fields is None:
+                        fields = health_out[device] = {}
+                    if hfield not in fields:
+                        fields[hfield] = int(round(scaled)) if integer else scaled
+        if field is not None:
             if not reason:
-                if isnan(value) or abs(value) >= _SENTINEL_MIN or _FP64_BLANK <= value < _FP64_BLANK + 16:
+                if blank(value):
                     reason = "DCGM blank sentinel"
                 elif not low <= value < high:
                     reason = implausible
@@ -172,12 +298,11 @@ def parse_exposition(text: str) -> DcgmParse:
         ratio = f.get("sm_active", f.get("gr_active"))
         if ratio is None and "gpu_util_pct" in f:
             ratio = f["gpu_util_pct"] / 100.0
-        samples.append(DeviceSample(
-            gpu_uuid=key[0], gpu_instance_id=key[1],
-            sm_active_ratio=None if ratio is None else min(max(ratio, 0.0), 1.0),
-            fb_used_bytes=None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
-            power_w=f.get("power_w"),
-            energy_j=None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
-            model=models[key], per_pod=_per_pod(pod_values.get(key, {})),
-        ))
-    return DcgmParse(samples, parsed, skipped)
+        samples.append(built(DeviceSample, {
+            "gpu_uuid": key[0], "gpu_instance_id": key[1],
+            "sm_active_ratio": None if ratio is None else min(max(ratio, 0.0), 1.0),
+            "fb_used_bytes": None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
+            "power_w": f.get("power_w"),
+            "energy_j": None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
+            "model": models[key], "per_pod": _per_pod(pod_values[key]) if key in pod_values else ()}))
+    return DcgmParse(samples, parsed, skipped, health_out)

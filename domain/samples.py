@@ -7,7 +7,7 @@ the allowed lateness, history behind the late-data horizon. All times epoch ms, 
 from __future__ import annotations
 
 from gpuledger.domain.capacity import Piece
-from gpuledger.domain.dcgm import DeviceSample
+from gpuledger.domain.dcgm import DeviceSample, sample_of
 from gpuledger.domain.facts import SourcePos
 from gpuledger.domain.segments import NEG_INF, NodeState
 from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_fact
@@ -31,12 +31,12 @@ class SampleAttribution:
                 covered = overlapping(pieces[row[0]], t, end)
                 why = "" if covered else ("no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
                                           else f"vGPU {row[0]} not in the snapshot covering this sample")
-                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos),
+                self._emit_targets(node, t, end, sample_of(row), SourcePos(*pos),
                                    [(row[0], lookup(pieces[row[0]], t), why)], "", pieces)
             elif end is not None and t + self.node_grace_ms <= src.vgpu_watermark_ms and (
                     st is None or st.last_ms is None or t >= st.last_ms):
                 why = f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace"
-                self._emit_targets(node, t, end, DeviceSample(*row), SourcePos(*pos), [(row[0], None, why)], "", {})
+                self._emit_targets(node, t, end, sample_of(row), SourcePos(*pos), [(row[0], None, why)], "", {})
             else:
                 keep.append(scrape)
         self.guest_pending = keep
@@ -76,8 +76,9 @@ class SampleAttribution:
             else:
                 keep.append(scrape)
                 continue
+            pos = SourcePos(*scrape[2])
             for row in scrape[1]:
-                self._emit_sample(node, st, t, end, DeviceSample(*row), SourcePos(*scrape[2]), reason)
+                self._emit_sample(node, st, t, end, sample_of(row), pos, reason)
         st.pending_scrapes = keep
         self._prune(st)
 

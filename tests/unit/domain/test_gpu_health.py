@@ -80,6 +80,23 @@ def test_a_value_no_counter_reaches_is_not_stored_and_the_rest_of_the_device_is(
     assert (f.fb_used_bytes, f.fb_free_bytes, f.gpu_temp_c) == (None, 1024 * MIB, None)
 
 
+def test_health_series_are_read_in_the_attribution_pass_and_never_fail_the_scrape():
+    ok = 'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a"} 0.25\n'
+    text = (ok + 'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} warm\n'  # no number: left out
+            'DCGM_FI_DEV_MEMORY_TEMP{gpu="0",UUID="GPU-a",bad=unquoted} 50\n'  # labels refused: left out
+            'DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a"} 13 1700000000000\n'  # value and timestamp
+            'DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a"} 79\n')  # a repeat: the first wins
+    parsed = parse_exposition(text)
+    assert [s.sm_active_ratio for s in parsed.samples] == [0.25]
+    (device,) = parsed.health
+    assert (device.gpu_uuid, parsed.health[device]) == ("GPU-a", {"xid_last": 13})
+    (f,) = facts(text).values()
+    assert (f.xid_last, f.gpu_temp_c, f.memory_temp_c) == (13, None, None)
+    assert health_facts("c1", "gpu-node-1", 1_000, parsed, POS) == health_facts("c1", "gpu-node-1", 1_000, text, POS)
+    with pytest.raises(ValueError):  # what is not exposition is refused for both readings
+        health_facts("c1", "gpu-node-1", 1_000, ok + 'DCGM_FI_DEV_GPU_TEMP{gpu="0"\n', POS)
+
+
 def test_xid_incident_on_each_new_code_with_severity_by_class():
     fold = HealthFold()
     got = _incidents(fold, _scrape(0), _scrape(10, XID_ERRORS=13), _scrape(20, XID_ERRORS=13),
