@@ -19,7 +19,7 @@ export GPULEDGER_FOCUS_VALIDATOR ?= $(CURDIR)/$(FOCUS_VENV)/bin/focus-validator
 PY312 ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3; do \
           $$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: setup demo test unit integration faults bench bench-fleet stack-up stack-down kafka-jars kube-bins focus-validator tools test-clickhouse-server clean env
+.PHONY: setup demo test unit integration faults bench bench-fleet bench-hotpath stack-up stack-down kafka-jars kube-bins focus-validator tools test-clickhouse-server clean env
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -111,6 +111,11 @@ FLEET_LIVE_MIN ?= 5
 bench-fleet: setup
 	$(BIN)/python -m gpuledger.bench.fleet --gpus $(FLEET_GPUS) --hours $(FLEET_HOURS) --cadence-s 10 --workers 1,2 \
 		--replay 1,2 --live-minutes $(FLEET_LIVE_MIN)
+
+# The worker's own CPU per device sample (parse, attribute, build and encode facts), in one
+# process without a broker: what a change to the hot path moves.
+bench-hotpath: setup
+	$(BIN)/python -m gpuledger.bench.hotpath --gpus 64 --hours 1
 
 # The secrets of the compose stack (docker-compose.yml requires every one): random values,
 # written once to .env with mode 0600 and never overwritten (.gitignore keeps it out of git).

@@ -1,0 +1,13 @@
+"""The hot-path benchmark runs the engine on a generated fleet and reports every stage."""
+
+from gpuledger.bench.hotpath import run
+
+
+def test_the_hot_path_bench_attributes_the_fleet_and_times_each_stage():
+    out = run(gpus=16, hours=0.25, cadence_s=10, advance_every=200, progress=lambda _m: None)
+    assert out["device_samples"] == 16 * 90 and out["dead_lettered"] == 0
+    # utilization and health facts for every sample, capacity facts besides
+    assert out["facts"] > 2 * out["device_samples"]
+    cost = out["us_per_sample"]
+    assert all(cost[k] > 0 for k in ("avro_decode_dcgm", "handle", "advance", "encode"))
+    assert abs(cost["worker_total"] - (cost["handle"] + cost["advance"] + cost["encode"])) < 0.05
