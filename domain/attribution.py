@@ -21,12 +21,13 @@ nothing here reads a clock.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, segment_facts
 from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.domain.demand import closed_demand
-from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
+from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact, built
 from gpuledger.domain.gpu_health import health_facts
 from gpuledger.domain.gpu_incidents import HealthFold
 from gpuledger.domain.inventory import Inventory, parse_inventory
@@ -54,6 +55,23 @@ class Counters:
     samples_unattributed: int = 0
     capacity_facts: int = 0
 
+
+
+def _run_facts(facts_of, start: int, end: int, holders: dict, parts: list) -> list:
+    """The facts of consecutive segments taken as one, each with the source record of the
+    segment it starts in (as ``merge_runs`` gives them when each segment is built apart)."""
+    items = facts_of(start, end, holders, SourcePos(*parts[0][1]))
+    if len(parts) == 1:
+        return items
+    starts = [a for a, _ in parts]
+    out = []
+    for device, fact, piece in items:
+        pos = parts[bisect.bisect_right(starts, fact.valid_from_ms) - 1][1]
+        if pos[2] != fact.src_offset or pos[1] != fact.src_partition or pos[0] != fact.src_topic:
+            fact = built(CapacityFact, {**fact.__dict__, "src_topic": pos[0], "src_partition": pos[1],
+                                        "src_offset": pos[2]})
+        out.append((device, fact, piece))
+    return out
 
 class Attributor(SampleAttribution):
     """Folds source records into ownership and emits deterministic facts."""
@@ -264,17 +282,27 @@ class Attributor(SampleAttribution):
     def _finalize_segments(self, node: str, st: NodeState, closing: bool) -> None:
         if self.inventory is None:
             return
-        self._finalize(st, self.k8s_watermark_ms, self._node_facts(node), closing)
+        self._finalize(st, self.k8s_watermark_ms, self._node_facts(node), closing, self._same_pods)
+
+    def _same_pods(self, holders: dict, a_ms: int, b_ms: int) -> bool:
+        """Every holder names the same pod at ``a_ms`` and at ``b_ms`` (a node segment's facts
+        look its holders' pods up at the segment's start)."""
+        pod_at = self.book.pod_at
+        return all(pod_at(h[0], h[1], a_ms) == pod_at(h[0], h[1], b_ms) for h in holders.values())
 
     def _finalize_vgpu(self, host: str, st: NodeState, closing: bool) -> None:
         # a vGPU snapshot names its owners itself: no watch to wait for
         self._finalize(st, None, self._vgpu_facts(host), closing)
 
-    def _finalize(self, st: NodeState, until_ms: int | None, facts_of, closing: bool = False) -> None:
+    def _finalize(self, st: NodeState, until_ms: int | None, facts_of, closing: bool = False,
+                  same_pods=None) -> None:
         """Emit the queued segments and gaps a window at a time: those starting in one aligned
         window (``CAPACITY_WINDOW_MS``) once a snapshot past the window came (or the node's
         snapshots stopped, so nothing more comes) and ``until_ms`` has passed their end (None:
-        at once). A unit's facts that run on unchanged across them merge (``merge_runs``)."""
+        at once). A unit's facts that run on unchanged across them merge (``merge_runs``).
+        ``same_pods(holders, a, b)``: consecutive segments with equal holders that name the
+        same pods at both starts are one segment to ``facts_of`` (the facts ``merge_runs``
+        would make of them, built once instead of once per snapshot)."""
         pending = st.pending_segments
         while pending:
             edge = (pending[0][0] // CAPACITY_WINDOW_MS + 1) * CAPACITY_WINDOW_MS
@@ -290,12 +318,23 @@ class Attributor(SampleAttribution):
             batch, st.pending_segments = pending[:n], pending[n:]
             pending = st.pending_segments
             items = []
+            run = None  # [start, end, holders, [(start, pos) of each segment]] of the segments taken as one
             for start, end, holders, pos, gap in batch:
+                if run is not None and not gap and same_pods is not None and run[1] == start \
+                        and run[2] == holders and same_pods(holders, run[0], start):
+                    run[1] = end
+                    run[3].append((start, pos))
+                    continue
+                if run is not None:
+                    items += _run_facts(facts_of, *run)
+                    run = None
                 if gap:
                     st.gaps.append([start, end])
                     st.evidence_gaps.append([start, end, holders, list(pos)])
                 else:
-                    items += facts_of(start, end, holders, SourcePos(*pos))
+                    run = [start, end, holders, [(start, pos)]]
+            if run is not None:
+                items += _run_facts(facts_of, *run)
             self._emit_capacity(st, merge_runs(items))
             st.final_until_ms = max(st.final_until_ms, batch[-1][1])
 

@@ -220,10 +220,6 @@ def _lenient(rest: str) -> float | None:
         return None
 
 
-def _blank(value: float) -> bool:
-    return math.isnan(value) or abs(value) >= _SENTINEL_MIN or _FP64_BLANK <= value < _FP64_BLANK + 16
-
-
 def parse_exposition(text: str) -> DcgmParse:
     """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
     per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
@@ -232,7 +228,8 @@ def parse_exposition(text: str) -> DcgmParse:
     health_out: dict[HealthDevice, dict[str, float | int]] = {}
     skipped: dict[str, int] = {}
     parsed = 0
-    cache, blank, isfinite = _series_cache, _blank, math.isfinite
+    cache, isfinite = _series_cache, math.isfinite
+    sentinel, fp64_blank, fp64_blank_end = _SENTINEL_MIN, _FP64_BLANK, _FP64_BLANK + 16  # _blank, inlined
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
@@ -264,7 +261,7 @@ def parse_exposition(text: str) -> DcgmParse:
                     hvalue = float(rest)
                 except ValueError:
                     hvalue = _lenient(rest)
-            if hvalue is not None and not blank(hvalue) and hvalue >= 0:
+            if hvalue is not None and hvalue >= 0 and hvalue < sentinel and not fp64_blank <= hvalue < fp64_blank_end:
                 hfield, scale, integer, device = health
                 scaled = hvalue * scale
                 if isfinite(scaled) and not (integer and scaled >= _INT64_LIMIT):  # else a value no counter reaches
@@ -275,7 +272,7 @@ def parse_exposition(text: str) -> DcgmParse:
                         fields[hfield] = int(round(scaled)) if integer else scaled
         if field is not None:
             if not reason:
-                if blank(value):
+                if value != value or abs(value) >= sentinel or fp64_blank <= value < fp64_blank_end:
                     reason = "DCGM blank sentinel"
                 elif not low <= value < high:
                     reason = implausible
