@@ -21,13 +21,12 @@ nothing here reads a clock.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
-from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, segment_facts
+from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, run_facts, segment_facts
 from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.domain.demand import closed_demand
-from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact, built
+from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
 from gpuledger.domain.gpu_health import health_facts
 from gpuledger.domain.gpu_incidents import HealthFold
 from gpuledger.domain.inventory import Inventory, parse_inventory
@@ -55,23 +54,6 @@ class Counters:
     samples_unattributed: int = 0
     capacity_facts: int = 0
 
-
-
-def _run_facts(facts_of, start: int, end: int, holders: dict, parts: list) -> list:
-    """The facts of consecutive segments taken as one, each with the source record of the
-    segment it starts in (as ``merge_runs`` gives them when each segment is built apart)."""
-    items = facts_of(start, end, holders, SourcePos(*parts[0][1]))
-    if len(parts) == 1:
-        return items
-    starts = [a for a, _ in parts]
-    out = []
-    for device, fact, piece in items:
-        pos = parts[bisect.bisect_right(starts, fact.valid_from_ms) - 1][1]
-        if pos[2] != fact.src_offset or pos[1] != fact.src_partition or pos[0] != fact.src_topic:
-            fact = built(CapacityFact, {**fact.__dict__, "src_topic": pos[0], "src_partition": pos[1],
-                                        "src_offset": pos[2]})
-        out.append((device, fact, piece))
-    return out
 
 class Attributor(SampleAttribution):
     """Folds source records into ownership and emits deterministic facts."""
@@ -326,7 +308,7 @@ class Attributor(SampleAttribution):
                     run[3].append((start, pos))
                     continue
                 if run is not None:
-                    items += _run_facts(facts_of, *run)
+                    items += run_facts(facts_of, *run)
                     run = None
                 if gap:
                     st.gaps.append([start, end])
@@ -334,7 +316,7 @@ class Attributor(SampleAttribution):
                 else:
                     run = [start, end, holders, [(start, pos)]]
             if run is not None:
-                items += _run_facts(facts_of, *run)
+                items += run_facts(facts_of, *run)
             self._emit_capacity(st, merge_runs(items))
             st.final_until_ms = max(st.final_until_ms, batch[-1][1])
 

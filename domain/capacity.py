@@ -18,6 +18,7 @@ where a window's facts end depends only on the snapshots in it, never on read or
 
 from __future__ import annotations
 
+import bisect
 import operator
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ from gpuledger.domain.inventory import GpuEntry, Inventory, Unavailability
 from gpuledger.domain.k8s import OwnershipBook, PodLife
 from gpuledger.domain.units import Unit, units_of
 
-__all__ = ["CAPACITY_WINDOW_MS", "Holders", "Piece", "Segment", "make_fact", "merge_runs", "segment_facts"]
+__all__ = ["CAPACITY_WINDOW_MS", "Holders", "Piece", "Segment", "make_fact", "merge_runs", "run_facts", "segment_facts"]
 
 CAPACITY_WINDOW_MS = 60_000  # segments starting in one such aligned window may merge into one fact
 
@@ -207,3 +208,20 @@ def merge_runs(items: list[tuple[str, CapacityFact, Piece]]) -> list[tuple[str, 
                           piece.namespace, piece.pod_name, piece.pod_uid, piece.confidence, piece.reason)
         result.append((device, fact, piece))
     return result
+
+
+def run_facts(facts_of, start: int, end: int, holders: dict, parts: list) -> list:
+    """The facts of consecutive segments taken as one, each with the source record of the
+    segment it starts in (as ``merge_runs`` gives them when each segment is built apart)."""
+    items = facts_of(start, end, holders, SourcePos(*parts[0][1]))
+    if len(parts) == 1:
+        return items
+    starts = [a for a, _ in parts]
+    out = []
+    for device, fact, piece in items:
+        pos = parts[bisect.bisect_right(starts, fact.valid_from_ms) - 1][1]
+        if pos[2] != fact.src_offset or pos[1] != fact.src_partition or pos[0] != fact.src_topic:
+            fact = built(CapacityFact, {**fact.__dict__, "src_topic": pos[0], "src_partition": pos[1],
+                                        "src_offset": pos[2]})
+        out.append((device, fact, piece))
+    return out
