@@ -23,7 +23,7 @@ from gpuledger.schemas import Codec
 from gpuledger.streams.engine import Engine
 from gpuledger.streams.fact_codec import iter_encoded
 
-__all__ = ["MemoryPublisher", "main", "run"]
+__all__ = ["MemoryPublisher", "engine_over", "main", "run"]
 
 PARTITIONS = 4
 
@@ -46,15 +46,11 @@ class MemoryPublisher:
         pass
 
 
-def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=print) -> dict:
-    plan = fleet_plan(gpus, hours, cadence_s, cadence_s)
-    topics = Topics("hotpath", PARTITIONS, 30)
-    pub = MemoryPublisher()
-    counts = publish_fleet(plan, pub, topics, lambda _m: None)
-    progress(f"hotpath: {len(pub.records)} records, {counts['device_samples']} device samples")
-    dead: list[tuple[str, str]] = []
-    engine = Engine(topics, lambda src, reason, _raw: dead.append((src, reason)), stale_ceiling_ms=300_000,
-                    node_grace_ms=120_000)
+def engine_over(pub: MemoryPublisher, topics: Topics, dead_letter) -> tuple[Engine, list[tuple[str, int, int, bytes]]]:
+    """An engine whose sources are ``pub``'s records, and those records as (topic, partition,
+    offset, value) in publish order: every partition of every source topic has its extent
+    (empty where nothing was published), so the engine's watermarks see each one end."""
+    engine = Engine(topics, dead_letter, stale_ceiling_ms=300_000, node_grace_ms=120_000)
     offsets: dict[tuple[str, int], int] = {}
     placed = []
     for topic, partition, value in pub.records:
@@ -66,6 +62,17 @@ def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=
               topics.reference):
         for p in range(PARTITIONS):
             engine.extents.setdefault(f"{t.name}:{p}", (0, 0))
+    return engine, placed
+
+
+def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=print) -> dict:
+    plan = fleet_plan(gpus, hours, cadence_s, cadence_s)
+    topics = Topics("hotpath", PARTITIONS, 30)
+    pub = MemoryPublisher()
+    counts = publish_fleet(plan, pub, topics, lambda _m: None)
+    progress(f"hotpath: {len(pub.records)} records, {counts['device_samples']} device samples")
+    dead: list[tuple[str, str]] = []
+    engine, placed = engine_over(pub, topics, lambda src, reason, _raw: dead.append((src, reason)))
 
     dcgm = Codec(topics.dcgm.schema)
     values = [v for t, _, _, v in placed if t == topics.dcgm.name]

@@ -1,5 +1,5 @@
 """Consecutive PodResources segments that name the same pods are built as one segment
-(domain/attribution.py ``_same_pods``, ``_run_facts``): the facts are exactly those built
+(domain/attribution.py ``_same_pods``, domain/capacity.py ``run_facts``): the facts are exactly those built
 segment by segment and merged, field for field, source records included: on a generated
 fleet with jitter, lost scrapes and PodResources on its own cadence (pods that end between
 snapshots), and on a plan whose pod name is taken by a new pod from one snapshot to the next."""
@@ -10,11 +10,10 @@ from dataclasses import replace
 import pytest
 
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
-from gpuledger.bench.hotpath import PARTITIONS, MemoryPublisher
+from gpuledger.bench.hotpath import PARTITIONS, MemoryPublisher, engine_over
 from gpuledger.bus.topics import Topics
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.attribution import Attributor
-from gpuledger.streams.engine import Engine
 from pipeline import run_capture
 from plans import pod, truth_plan
 
@@ -27,18 +26,7 @@ def _fleet_facts(plan) -> dict[str, list]:
     topics = Topics("runs", PARTITIONS, 30)
     pub = MemoryPublisher()
     publish_fleet(plan, pub, topics, lambda _m: None)
-    engine = Engine(topics, lambda *a: pytest.fail(f"dead letter {a[:2]}"), stale_ceiling_ms=300_000,
-                    node_grace_ms=120_000)
-    offsets: dict[tuple[str, int], int] = {}
-    placed = []
-    for topic, partition, value in pub.records:
-        offsets[topic, partition] = offsets.get((topic, partition), 0) + 1
-        placed.append((topic, partition, offsets[topic, partition] - 1, value))
-    engine.extents = {f"{t}:{p}": (0, n) for (t, p), n in offsets.items()}
-    for spec in (topics.dcgm, topics.podresources, topics.vgpu, topics.requests, topics.model_metrics, topics.k8s,
-                 topics.reference):
-        for p in range(PARTITIONS):
-            engine.extents.setdefault(f"{spec.name}:{p}", (0, 0))
+    engine, placed = engine_over(pub, topics, lambda *a: pytest.fail(f"dead letter {a[:2]}"))
     out: dict[str, list] = {"capacity": [], "utilization": []}
     for i, (topic, partition, offset, value) in enumerate(placed, 1):
         if topic in engine.unit_topics:
