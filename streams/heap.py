@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import resource
 
-__all__ = ["trim_heap"]
+__all__ = ["resident_mib", "trim_heap"]
 
 
 def _malloc_trim():
@@ -33,3 +35,14 @@ _TRIM = _malloc_trim()
 def trim_heap() -> bool:
     """Return the free pages of the heap to the system; False where that is not possible."""
     return bool(_TRIM(0)) if _TRIM is not None else False
+
+
+def resident_mib() -> tuple[float, float]:
+    """(resident now, peak resident) of this process in MiB; now is 0 where ``/proc`` is absent."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            now = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        now = 0.0
+    return round(now, 1), round(peak, 1)

@@ -34,6 +34,7 @@ class Record(Protocol):
     def topic(self) -> str: ...
     def partition(self) -> int: ...
     def timestamp(self) -> tuple[int, int]: ...
+    def value(self) -> bytes | None: ...
 
 
 class Pacer:
@@ -43,6 +44,7 @@ class Pacer:
         self.parked: dict[Key, deque[Any]] = {}
         self.paused: set[Key] = set()
         self.limit_ms = NEG_INF_MS  # floor + window as of the last pace
+        self.parked_bytes = 0  # the values of the records parked
 
     def admit(self, record: Record) -> bool:
         """Take the record now (True), or park it behind its partition's parked ones (False)."""
@@ -52,6 +54,7 @@ class Pacer:
             if queue is None:
                 queue = self.parked[key] = deque()
             queue.append(record)
+            self.parked_bytes += len(record.value() or b"")
             return False
         return True
 
@@ -78,7 +81,9 @@ class Pacer:
             for key in live:
                 queue = self.parked.get(key)
                 while queue and queue[0].timestamp()[1] <= self.limit_ms:
-                    take(queue.popleft())
+                    record = queue.popleft()
+                    self.parked_bytes -= len(record.value() or b"")
+                    take(record)
                     taken += 1
                     moved = True
                 if queue is not None and not queue:
@@ -99,6 +104,7 @@ class Pacer:
         self.heads = {k: v for k, v in self.heads.items() if keep(k)}
         self.parked = {k: v for k, v in self.parked.items() if keep(k)}
         self.paused = {k for k in self.paused if keep(k)}
+        self.parked_bytes = sum(len(r.value() or b"") for q in self.parked.values() for r in q)
 
     def parked_records(self) -> int:
         return sum(len(q) for q in self.parked.values())

@@ -55,7 +55,7 @@ from gpuledger.bus.fetch import SOURCE_FETCH
 from gpuledger.streams.pacing import Pacer
 from gpuledger.streams.engine import Engine
 from gpuledger.streams.fact_codec import iter_encoded
-from gpuledger.streams.heap import trim_heap
+from gpuledger.streams.heap import resident_mib, trim_heap
 from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
 from gpuledger.bus.topics import Topics
@@ -387,11 +387,13 @@ class Worker:
         left = sum(max(0, self._end(k) - nxt.get(k, low)) for k, (low, _) in self.extents.items()
                    if k.rsplit(":", 1)[0] in self.bcast_topics or int(k.rsplit(":", 1)[1]) in self.owned)
         rate = self.stats["records"] / max(time.monotonic() - self.started, 1e-9)
+        now, peak = resident_mib()
         eta = f", ETA {left / rate:,.0f} s" if rate > 0 and (self.job.until_caught_up or self.job.stop_offsets) else ""
         self.progress(f"worker: {self.stats['records']} records ({rate:,.0f}/s), {self.stats['facts']} facts, "
                       f"{self.engine.pending_samples()} samples waiting, units {sorted(self.owned)}, "
-                      f"{left} records to go{eta}, {len(self.pacer.paused)} partitions paused ahead ({self.pacer.parked_records()} records parked), largest snapshot "
-                      f"{max(self.changelog.last_bytes.values(), default=0) >> 10:,} KiB")
+                      f"{left} records to go{eta}, {len(self.pacer.paused)} partitions paused ahead ({self.pacer.parked_records()} records parked, "
+                      f"{self.pacer.parked_bytes / 2**20:.1f} MiB), largest snapshot "
+                      f"{max(self.changelog.last_bytes.values(), default=0) >> 10:,} KiB, RSS {now:,.0f} MiB (peak {peak:,.0f})")
 
 
 def run_worker(settings: Settings, job: WorkerJob, progress: Callable[[str], None], wall_ms: Callable[[], int],

@@ -28,6 +28,9 @@ class Rec:
     def timestamp(self) -> tuple[int, int]:
         return (1, self.ts_ms)
 
+    def value(self) -> bytes:
+        return bytes(self.offset % 7)
+
 
 class Source:
     """A partition with records every ``step_ms`` that hands over ``per_fetch`` at a time
@@ -75,6 +78,7 @@ def drive(sources: list[Source], seed: int) -> tuple[list[Rec], int]:
                 if pacer.admit(r):
                     take(r)
         live = [k for k, s in by_key.items() if done_upto[k] < len(s.records)]
+        assert pacer.parked_bytes == sum(len(r.value()) for q in pacer.parked.values() for r in q)
         if not live:
             break
         pacer.pace(live, [k for k in by_key if k not in live], take,
