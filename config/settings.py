@@ -74,7 +74,9 @@ class Settings(BaseSettings):
         86400.0, gt=0, description="How far ahead an event time may be: ingest and the producers refuse records more "
         "than this ahead of the publisher's clock (the broker's, where a producer measures it), and the worker those "
         "more than this ahead of their ingested_at.")
-    batch_max_records: int = Field(2000, ge=1, description="Records per processing batch (write, then commit).")
+    batch_max_records: int = Field(
+        500, ge=1, description="Records a worker takes per consume before producing their facts: what one pass holds "
+        "at once (decoded records, samples, facts) and so the worker's peak memory.")
     batch_max_wait_s: float = Field(0.5, gt=0, description="Longest wait to fill a processing batch.")
     checkpoint_interval_s: float = Field(5.0, ge=0, description="Seconds between a worker's commits: facts flushed, "
                                          "state snapshots written, then source offsets committed (0 = every batch).")

@@ -307,11 +307,15 @@ class Worker:
         self.group.subscribe(self.unit_topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
         last_extents = last_report = started = time.monotonic()
         batch = self.s.batch_max_records
+        got = 0
         try:
             while not self.should_stop():
+                # consume() waits its timeout for a full batch: only when the last pass found nothing
+                waits = (0.05, 0.2) if got == 0 else (0.0, 0.0)
                 got = 0
-                for consumer, handle in ((self.bc, self._broadcast_record), (self.group, self._unit_record)):
-                    msgs = consumer.consume(num_messages=batch, timeout=0.05 if consumer is self.bc else 0.2)
+                for (consumer, handle), wait_s in zip(((self.bc, self._broadcast_record),
+                                                       (self.group, self._unit_record)), waits):
+                    msgs = consumer.consume(num_messages=batch, timeout=wait_s)
                     counted: dict[str, int] = {}
                     for msg in msgs:
                         if msg.error():
