@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuledger.producers.base import Publisher
+from gpuledger.bus.port import Publisher
 from gpuledger.schemas import Codec
 
 __all__ = ["DeadLetters"]

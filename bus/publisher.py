@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from confluent_kafka import KafkaException, Producer
 
-from gpuledger.producers.base import MAX_RECORD_BYTES
+from gpuledger.bus.port import MAX_RECORD_BYTES
 from gpuledger.bus.topics import read_extents
 
 __all__ = ["KafkaPublisher", "PublishError"]

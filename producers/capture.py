@@ -33,7 +33,7 @@ from gpuledger.domain.pricing import parse_credits
 from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.suspense import parse_assignments
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
-from gpuledger.producers.base import Publisher
+from gpuledger.bus.port import Publisher
 from gpuledger.producers.capture_lines import (DcgmLine, Line, ModelScrapeLine, PodResourcesLine, RequestLine, VgpuLine,
                                                WatchLine)
 from gpuledger.schemas import Codec, CodecError

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import orjson
 
-from gpuledger.producers.base import Publisher
+from gpuledger.bus.port import Publisher
 from gpuledger.producers.capture import CAPTURE_FORMAT, DEFAULT_MAX_FUTURE_MS, LINE_FILES, LinePublisher
 from gpuledger.bus.topics import Topics
 

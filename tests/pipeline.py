@@ -7,7 +7,7 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpuledger.producers.base import ListPublisher, Published
+from gpuledger.bus.port import ListPublisher, Published
 from gpuledger.producers.capture import IngestSummary, ingest_capture
 from gpuledger.sinks.base import MemoryStore
 from gpuledger.streams.processor import Processor

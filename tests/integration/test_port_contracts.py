@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BOOTSTRAP
 from gpuledger.domain.facts import CapacityFact, FactBatch, UtilizationFact
 from gpuledger.domain.requests import RequestFact
-from gpuledger.producers.base import MAX_RECORD_BYTES, ListPublisher
+from gpuledger.bus.port import MAX_RECORD_BYTES, ListPublisher
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.sinks.base import Checkpoint, MemoryStore
 from gpuledger.sinks.clickhouse import ClickHouseStore

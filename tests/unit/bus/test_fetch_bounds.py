@@ -15,7 +15,7 @@ import pytest
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.fetch import SOURCE_FETCH
 from gpuledger.bus.topics import Topics
-from gpuledger.producers.base import ListPublisher
+from gpuledger.bus.port import ListPublisher
 
 RUNTIME = Path(__file__).resolve().parents[3] / "streams" / "runtime.py"
 PREFETCH_BUDGET_BYTES = 64 * 2**20  # decoded records one worker may hold fetched and not yet consumed

@@ -12,7 +12,7 @@ from gpuledger.demo.plan import RATECARDS
 from gpuledger.domain.attribution import Attributor
 from gpuledger.domain.k8s import OwnershipBook, WatchError
 from gpuledger.domain.podresources import PodResourcesError, device_holders
-from gpuledger.producers.base import Published
+from gpuledger.bus.port import Published
 from gpuledger.schemas import Codec
 from pipeline import MemoryPipeline, ingest, partitioned, run_capture
 from plans import truth_plan

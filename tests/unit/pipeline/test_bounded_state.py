@@ -10,7 +10,7 @@ import pytest
 
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.topics import Topics
-from gpuledger.producers.base import ListPublisher
+from gpuledger.bus.port import ListPublisher
 from gpuledger.streams.engine import Engine
 from pipeline import GRACE_MS, LATENESS_MS, STALE_CEILING_MS, partitioned
 

@@ -6,7 +6,7 @@ import pytest
 from captures import append_lines
 from gpuledger.demo.cluster import write_capture
 from gpuledger.producers.capture import CaptureError, ingest_capture
-from gpuledger.producers.base import ListPublisher
+from gpuledger.bus.port import ListPublisher
 from gpuledger.schemas import Codec
 from gpuledger.bus.topics import Topics
 from plans import truth_plan

@@ -10,7 +10,7 @@ import pytest
 from captures import spoil, without_documents
 from gpuledger.demo.cluster import write_capture
 from gpuledger.producers.capture import ingest_capture
-from gpuledger.producers.base import ListPublisher
+from gpuledger.bus.port import ListPublisher
 from gpuledger.schemas import Codec
 from gpuledger.bus.topics import Topics
 from pipeline import WALL_MS, ingest

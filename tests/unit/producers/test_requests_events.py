@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gpuledger.producers.base import ListPublisher
+from gpuledger.bus.port import ListPublisher
 from gpuledger.producers.lines import MemorySink, PublishSink
 from gpuledger.producers.request_auth import ReporterDirectory, ReportersFile
 from gpuledger.producers.request_records import parse_body, request_line, text_line

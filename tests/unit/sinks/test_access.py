@@ -191,16 +191,27 @@ def test_the_embedded_identities_mirror_the_sql_policies():
 
 
 def test_the_committed_scripts_are_what_the_model_generates(capsys):
+    from gpuledger.demo import access as demo_access
     from gpuledger.demo.plan import TENANTS
 
-    assert access.main([]) == 0
+    assert demo_access.main([]) == 0
     assert (DEPLOY / "access.sql").read_text() == capsys.readouterr().out
-    assert access.main(["--stack-logins"]) == 0
+    assert demo_access.main(["--stack-logins"]) == 0
     assert (DEPLOY / "logins.sh").read_text() == capsys.readouterr().out
     assert not (DEPLOY / "demo-users.sql").exists(), "logins with known passwords are no longer shipped"
     text = (DEPLOY / "access.sql").read_text()
     assert all(f"USING tenant_id = '{t}' " in text for t in TENANTS)
     assert render_sql(["SELECT 1", "SELECT 2"], "a\nb") == "-- a\n-- b\nSELECT 1;\nSELECT 2;\n"
+
+
+def test_the_access_script_names_its_tenants(capsys):
+    """Outside the demo no tenant is assumed: one named is the only tenant role made; none is refused."""
+    assert access.main(["--tenant", "acme"]) == 0
+    out = capsys.readouterr().out
+    assert "USING tenant_id = 'acme' " in out and "USING tenant_id = 'finance' " not in out
+    with pytest.raises(SystemExit) as refused:
+        access.main([])
+    assert refused.value.code == 2 and "--tenant" in capsys.readouterr().err
 
 
 def test_the_server_config_refuses_tables_with_policies_to_logins_outside_the_model():

@@ -1,4 +1,4 @@
-"""The publishing port: where producers put source records.
+"""The publishing port: where producers (and the workers, for dead letters) put records.
 
 ``KafkaPublisher`` is the real adapter (idempotent confluent-kafka producer);
 ``ListPublisher`` is its in-memory twin for pure tests. Both honour the same contract
