@@ -19,9 +19,9 @@ class AckedProducer:
         self.producer = Producer({"bootstrap.servers": bootstrap, **(client or {}), "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
                                   "message.max.bytes": STATE_MAX_BYTES + 1_000_000, "log_level": 3,
-                                  # ~50 k facts in flight keep the broker busy; a deeper queue is only
+                                  # ~10 k facts (a few MB) in flight keep the broker busy; a deeper queue is only
                                   # memory that follows how far the broker falls behind
-                                  "queue.buffering.max.messages": 50_000,
+                                  "queue.buffering.max.messages": 10_000,
                                   "queue.buffering.max.kbytes": 2 * STATE_MAX_BYTES // 1024,
                                   # only failures come back to Python: no callback per acknowledged record
                                   "on_delivery": self._delivered, "delivery.report.only.error": True})
