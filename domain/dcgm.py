@@ -112,10 +112,38 @@ class DcgmParse:
     health: dict[HealthDevice, dict[str, float | int]] = dc_field(default_factory=dict, compare=False)
 
 
-_series_cache: dict[str, tuple] = {}  # series text (name and label set) -> _series
-_labels_cache: dict[str, tuple] = {}  # label set text -> _identity
-_health_cache: dict[str, HealthDevice | None] = {}  # label set text -> _health_device
-_CACHE_MAX = 200_000
+class _Generations:
+    """A cache that keeps what is in use: lookups go to the young generation, then the old one
+    (a hit there moves the entry back to the young); ``rotate`` makes the young the old and
+    starts an empty young, so an entry not used for a whole generation is dropped. Series
+    carry pod labels: over a day of pod churn the distinct series seen grow with the hours,
+    the ones in use do not."""
+
+    def __init__(self) -> None:
+        self.young: dict = {}
+        self.old: dict = {}
+        self.kept = 0  # entries moved back from the old generation: in use in both
+        self.kept_before = 0  # the same count of the generation before
+
+    def get(self, key):
+        found = self.old.get(key)
+        if found is not None:
+            self.young[key] = found
+            self.kept += 1
+        return found
+
+    def rotate(self) -> None:
+        self.old, self.young = self.young, {}
+        self.kept_before, self.kept = self.kept, 0
+
+
+_SERIES = _Generations()  # series text (name and label set) -> _series
+_LABELS = _Generations()  # label set text -> _identity
+_HEALTH = _Generations()  # label set text -> (_health_device,)
+_CACHE_MAX = 200_000  # entries of a young generation, whatever the lines: rotated at this size
+_LINES_PER_SERIES = 16  # a generation lasts this many lines per series in use (each seen ~16 times)
+_MIN_SERIES = 1024  # the least a generation is sized for (none in use yet, or all of them new)
+_lines_since_rotation = 0
 _REPEATED = "repeated series of the same device (one per sharing pod)"
 _RATIO_FIELDS = {"sm_active": 1.0, "gr_active": 1.0, "gpu_util_pct": 0.01}
 # field -> [low, high) of a value a GPU can report, in the exporter's units
@@ -133,7 +161,7 @@ def _labels(name: str, label_text: str) -> dict[str, str]:
 def _identity(name: str, label_text: str) -> tuple:
     """(device key, modelName, skip reason, (namespace, pod) or None) of a label set, parsed
     once per distinct label text (shared by a device's fields)."""
-    found = _labels_cache.get(label_text)
+    found = _LABELS.young.get(label_text) or _LABELS.get(label_text)
     if found is None:
         labels = _labels(name, label_text)
         uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
@@ -145,17 +173,16 @@ def _identity(name: str, label_text: str) -> tuple:
         else:
             pod = (labels["namespace"], labels["pod"]) if labels.get("pod") and labels.get("namespace") else None
             found = ((uuid, None if instance is None else int(instance)), labels.get("modelName", ""), "", pod)
-        if len(_labels_cache) >= _CACHE_MAX:
-            _labels_cache.clear()
-        _labels_cache[label_text] = found
+        _LABELS.young[label_text] = found
     return found
 
 
 def _health_device(name: str, label_text: str) -> HealthDevice | None:
     """The device a health series names (None without a UUID, with a non-numeric GPU_I_ID or
     with a label set the parser refuses)."""
-    if label_text in _health_cache:
-        return _health_cache[label_text]
+    cached = _HEALTH.young.get(label_text) or _HEALTH.get(label_text)
+    if cached is not None:
+        return cached[0]
     try:
         labels = _labels(name, label_text)
     except Exception:  # noqa: BLE001 — a health series never fails the scrape
@@ -166,9 +193,7 @@ def _health_device(name: str, label_text: str) -> HealthDevice | None:
     if uuid and (instance is None or instance.isdigit()):
         found = HealthDevice(uuid, None if instance is None else int(instance), labels.get("GPU_I_PROFILE", ""),
                              labels.get("modelName", ""), labels.get("pci_bus_id", ""))
-    if len(_health_cache) >= _CACHE_MAX:
-        _health_cache.clear()
-    _health_cache[label_text] = found
+    _HEALTH.young[label_text] = (found,)
     return found
 
 
@@ -187,10 +212,23 @@ def _series(series: str, brace: int) -> tuple:
     else:
         low, high, implausible = _PLAUSIBLE.get(field, _ANY)
         found = (field, *_identity(name, label_text), low, high, implausible, field in _RATIO_FIELDS, health)
-    if len(_series_cache) >= _CACHE_MAX:
-        _series_cache.clear()
-    _series_cache[series] = found
+    _SERIES.young[series] = found
     return found
+
+
+def _age_caches(lines: int) -> None:
+    """Count a scrape's lines; rotate the caches once a generation has lasted its lines (or
+    the young one is full), so they hold the series of the last generation or two. The series
+    in use are those used in two generations in a row (each one appears once a scrape, so a
+    generation of 16 lines per series sees each ~16 times); new series that never come again
+    (pods that ended) do not lengthen a generation."""
+    global _lines_since_rotation
+    _lines_since_rotation += lines
+    in_use = max(_SERIES.kept, _SERIES.kept_before, _MIN_SERIES)
+    if _lines_since_rotation >= _LINES_PER_SERIES * in_use or len(_SERIES.young) >= _CACHE_MAX:
+        for cache in (_SERIES, _LABELS, _HEALTH):
+            cache.rotate()
+        _lines_since_rotation = 0
 
 
 def _per_pod(by_field: dict[str, dict[tuple, float]]) -> tuple:
@@ -228,9 +266,12 @@ def parse_exposition(text: str) -> DcgmParse:
     health_out: dict[HealthDevice, dict[str, float | int]] = {}
     skipped: dict[str, int] = {}
     parsed = 0
-    cache, isfinite = _series_cache, math.isfinite
+    isfinite = math.isfinite
     sentinel, fp64_blank, fp64_blank_end = _SENTINEL_MIN, _FP64_BLANK, _FP64_BLANK + 16  # _blank, inlined
-    for line in text.splitlines():
+    lines = text.splitlines()
+    _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape
+    cache = _SERIES.young
+    for line in lines:
         if not line or line[0] == "#":
             continue
         brace = line.find("{")
@@ -243,6 +284,8 @@ def parse_exposition(text: str) -> DcgmParse:
             name, _, rest = line.partition(" ")
             series, brace = name + "{}", len(name)
         info = cache.get(series)
+        if info is None:
+            info = _SERIES.get(series)
         if info is None:
             if series[:brace] in _FIELDS:  # the value is read before the labels, as on a hit
                 _value(rest, line)
