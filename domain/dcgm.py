@@ -125,7 +125,13 @@ class _Generations:
         self.kept = 0  # entries moved back from the old generation: in use in both
         self.kept_before = 0  # the same count of the generation before
 
-    def get(self, key):
+    def find(self, key):
+        """The entry of ``key`` in either generation, None when neither has it."""
+        found = self.young.get(key)
+        return found if found is not None else self.from_old(key)
+
+    def from_old(self, key):
+        """The old generation's entry of ``key``, moved back to the young one (None if absent)."""
         found = self.old.get(key)
         if found is not None:
             self.young[key] = found
@@ -161,7 +167,7 @@ def _labels(name: str, label_text: str) -> dict[str, str]:
 def _identity(name: str, label_text: str) -> tuple:
     """(device key, modelName, skip reason, (namespace, pod) or None) of a label set, parsed
     once per distinct label text (shared by a device's fields)."""
-    found = _LABELS.young.get(label_text) or _LABELS.get(label_text)
+    found = _LABELS.find(label_text)
     if found is None:
         labels = _labels(name, label_text)
         uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
@@ -180,7 +186,7 @@ def _identity(name: str, label_text: str) -> tuple:
 def _health_device(name: str, label_text: str) -> HealthDevice | None:
     """The device a health series names (None without a UUID, with a non-numeric GPU_I_ID or
     with a label set the parser refuses)."""
-    cached = _HEALTH.young.get(label_text) or _HEALTH.get(label_text)
+    cached = _HEALTH.find(label_text)
     if cached is not None:
         return cached[0]
     try:
@@ -283,9 +289,9 @@ def parse_exposition(text: str) -> DcgmParse:
         else:
             name, _, rest = line.partition(" ")
             series, brace = name + "{}", len(name)
-        info = cache.get(series)
+        info = cache.get(series)  # the young generation, inlined: nearly every line is found here
         if info is None:
-            info = _SERIES.get(series)
+            info = _SERIES.from_old(series)
         if info is None:
             if series[:brace] in _FIELDS:  # the value is read before the labels, as on a hit
                 _value(rest, line)
