@@ -2,7 +2,7 @@
 
 ``KafkaPublisher`` is the real adapter (idempotent confluent-kafka producer);
 ``ListPublisher`` is its in-memory twin for pure tests. Both honour the same contract
-(tests/unit/producers/test_publisher_contract.py runs against each).
+(tests/integration/test_port_contracts.py runs against each).
 """
 
 from __future__ import annotations
