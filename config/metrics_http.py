@@ -16,7 +16,22 @@ from http.server import ThreadingHTTPServer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
-__all__ = ["is_loopback", "serve_metrics"]
+__all__ = ["is_loopback", "serve_metrics", "server_class"]
+
+ACCEPT_QUEUE = 128  # connections the kernel holds before accept: a burst beyond a listener's cap is answered, not dropped
+
+
+def server_class(ipv6: bool) -> type[ThreadingHTTPServer]:
+    """The HTTP server of every gpuledger listener: a thread per connection (daemon threads, so
+    a silent client never holds a process open), IPv4 or IPv6 by the address, and an accept queue
+    of ``ACCEPT_QUEUE`` so that connections beyond a listener's own cap reach its handler (and are
+    refused with a status) instead of waiting in a 5-deep backlog."""
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
+        request_queue_size = ACCEPT_QUEUE
+
+    return Server
 
 
 def is_loopback(addr: str) -> bool:
@@ -52,11 +67,7 @@ def serve_metrics(registry: CollectorRegistry, port: int, addr: str = "127.0.0.1
         def log_message(self, *args) -> None:
             pass
 
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-
-    server = Server((addr.strip("[]"), port), Handler)
+    server = server_class(":" in addr)((addr.strip("[]"), port), Handler)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     if expected is None and not is_loopback(addr):
         print(f"metrics: /metrics on {addr}:{server.server_address[1]} is reachable beyond this host without a "

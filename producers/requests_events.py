@@ -29,15 +29,15 @@ over HTTP from authenticated reporters and answers 202 only once they are durabl
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import orjson
 
+from gpuledger.config import metrics_http
 from gpuledger.producers.lines import LineSink
 from gpuledger.producers.request_auth import Reporter, ReporterDirectory, ReportersFile
 from gpuledger.producers.request_records import parse_body, request_line, text_line, time_ms
@@ -246,7 +246,7 @@ class RequestHttpReceiver:
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self.slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
-        server_class = _server_class(":" in host)
+        server_class = metrics_http.server_class(":" in host)
         try:
             self._server = server_class((host, int(port)), _handler(self))
         except OSError as exc:
@@ -311,14 +311,6 @@ class RequestHttpReceiver:
             self.metrics.observed(newest, self._now_ms())
         answer = {"accepted": len(published), "rejected": rejected}
         return (202 if published or not lines else 422), answer
-
-
-def _server_class(ipv6: bool):
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
-
-    return Server
 
 
 def _handler(receiver: RequestHttpReceiver):

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import hmac
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import orjson
 
+from gpuledger.config.metrics_http import server_class
 __all__ = ["MAX_CONNECTIONS", "QueryServer", "READ_TIMEOUT_S", "read_limits"]
 
 MAX_CONNECTIONS = 8
@@ -110,8 +111,7 @@ class QueryServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = server_class(":" in host)((host.strip("[]"), port), Handler)
         self.host, self.port = host, self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, name="query", daemon=True)
 
