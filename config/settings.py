@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpuledger.domain.cadence import MAX_STALE_CEILING_MS
+
 
 class Settings(BaseSettings):
     """Settings every gpuledger command honours."""
@@ -68,8 +70,9 @@ class Settings(BaseSettings):
         120.0, ge=0, description="How far a node's PodResources may lag the other nodes before its samples are judged without it."
     )
     stale_ceiling_s: float = Field(
-        300.0, gt=0, description="Longest time one sample (DCGM scrape, PodResources or vGPU snapshot) can stand for; "
-        "below it the limit is 4 of the source's own observed intervals (median of its recent ones).")
+        300.0, gt=0, le=MAX_STALE_CEILING_MS / 1000,
+        description="Longest time one sample (DCGM scrape, PodResources or vGPU snapshot) can stand for; "
+        "below it the limit is 4 of the source's own observed intervals (median of its recent ones); at most 2 h.")
     max_future_skew_s: float = Field(
         86400.0, gt=0, description="How far ahead an event time may be: ingest and the producers refuse records more "
         "than this ahead of the publisher's clock (the broker's, where a producer measures it), and the worker those "

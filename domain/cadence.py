@@ -17,10 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["STALE_CADENCES", "Cadence", "sample_end_ms"]
+__all__ = ["MAX_STALE_CEILING_MS", "STALE_CADENCES", "Cadence", "sample_end_ms"]
 
 STALE_CADENCES = 4  # missed samples (and ±20 % jitter on them) stay well inside the limit
 WINDOW = 9  # recent intervals kept: the median ignores one-off outliers
+# The largest ceiling a deployment may set: a sample part over a capacity fact keeps the
+# sample's time, so it is observed at most this long before the part; readers bound the
+# samples of a set of facts by it (sinks/coverage_sql.py).
+MAX_STALE_CEILING_MS = 7_200_000
 
 
 @dataclass

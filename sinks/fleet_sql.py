@@ -10,7 +10,8 @@ for things counted as of the window's end.
 from __future__ import annotations
 
 from gpuledger.sinks.reference_sql import history_sql
-from gpuledger.sinks.showback_sql import CLIPPED_GPU_MS, IN_WINDOW, evidence_end_sql, samples_by_capacity_fact_sql
+from gpuledger.sinks.coverage_sql import IN_WINDOW, samples_by_capacity_fact_sql
+from gpuledger.sinks.showback_sql import CLIPPED_GPU_MS, evidence_end_sql
 
 __all__ = ["allocated_holdings_sql", "class_gpus_sql", "dark_gpus_sql", "evidence_end_sql", "held_sql",
            "quotas_sql", "request_latency_sql", "unattributed_sql", "unavailable_sql"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from gpuledger.domain.cost import card_windows
 from gpuledger.domain.rows import parsed
 from gpuledger.domain.suspense import BILL_CONFIDENCE
-from gpuledger.sinks.energy_sql import energy_sql
+from gpuledger.sinks.coverage_sql import IN_WINDOW, read_coverage_rows
+from gpuledger.sinks.energy_sql import read_energy_rows
 from gpuledger.sinks.query import QueryPort
 from gpuledger.sinks.reference_sql import history_sql
 
@@ -14,7 +15,6 @@ __all__ = ["ClusterScopeError", "ShowbackRows", "read_showback_rows", "unattribu
 PRICING_KINDS = ("ratecards", "quotas", "credits", "endpoints", "suspense")  # reference kinds that price
 
 CLIPPED_GPU_MS = "capacity_fraction * (least(valid_to_ms, %(t)s) - greatest(valid_from_ms, %(f)s))"
-IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
 WAIT_OUTCOMES = "'scheduled', 'ended without running'"  # demand facts that are waits (domain/demand.py)
 
 
@@ -53,51 +53,6 @@ def tenant_profile_sql(db: str) -> str:
         FROM {db}.capacity_facts FINAL
         WHERE kind = 'allocated' AND mode = 'mig' AND tenant_id != '' AND {IN_WINDOW}
         GROUP BY tenant_id, profile ORDER BY tenant_id, profile"""
-
-
-def samples_by_capacity_fact_sql(db: str) -> str:
-    """Per capacity fact: its samples' span (``span``, ms) and SM-active-weighted span (``act``)
-    in the window ``[%(f)s, %(t)s)``."""
-    return f"""SELECT capacity_fact_id, sum(span_ms) AS span, sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
-        FROM {db}.utilization_facts FINAL
-        WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
-        GROUP BY capacity_fact_id"""
-
-
-def tenant_utilization_sql(db: str) -> str:
-    # Per capacity fact: covered time = min(sample spans, fact duration); active time scales
-    # the SM-active-weighted spans down by the same cap. Gaps add nothing (never idle).
-    return f"""SELECT c.tenant_id AS tenant_id,
-            sum(c.fr * least(u.span, c.b - c.a)) / 3600000 AS covered_gpu_hours,
-            sum(c.fr * if(u.span > 0, u.act * least(1, (c.b - c.a) / u.span), 0)) / 3600000 AS active_gpu_hours
-        FROM (SELECT fact_id, tenant_id, capacity_fraction AS fr, greatest(valid_from_ms, %(f)s) AS a,
-                     least(valid_to_ms, %(t)s) AS b
-              FROM {db}.capacity_facts FINAL
-              WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
-        LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
-        GROUP BY c.tenant_id ORDER BY c.tenant_id"""
-
-
-def tenant_daily_utilization_sql(db: str) -> str:
-    """Per tenant and UTC day (``day_ms``): covered and active GPU-hours, the window's per
-    fact (``tenant_utilization_sql``) divided by the span of the samples observed each day,
-    so the days add up to the window: a fact's cap ``least(1, duration / span)`` scales each
-    day's span and SM-active-weighted span alike."""
-    return f"""SELECT c.tenant_id AS tenant_id, d.day_ms AS day_ms,
-            sum(c.fr * d.span * least(1, (c.b - c.a) / u.span)) / 3600000 AS covered_gpu_hours,
-            sum(c.fr * d.act * least(1, (c.b - c.a) / u.span)) / 3600000 AS active_gpu_hours
-        FROM (SELECT fact_id, tenant_id, capacity_fraction AS fr, greatest(valid_from_ms, %(f)s) AS a,
-                     least(valid_to_ms, %(t)s) AS b
-              FROM {db}.capacity_facts FINAL
-              WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
-        INNER JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id
-        INNER JOIN (SELECT capacity_fact_id, intDiv(observed_at_ms, 86400000) * 86400000 AS day_ms,
-                           sum(span_ms) AS span, sum(span_ms * coalesce(sm_active_ratio, 0)) AS act
-                    FROM {db}.utilization_facts FINAL
-                    WHERE capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s
-                    GROUP BY capacity_fact_id, day_ms) AS d ON d.capacity_fact_id = c.fact_id
-        WHERE u.span > 0
-        GROUP BY c.tenant_id, d.day_ms ORDER BY c.tenant_id, d.day_ms"""
 
 
 def platform_capacity_sql(db: str) -> str:
@@ -171,18 +126,6 @@ def unhostable_sql(db: str) -> str:
             WHERE c.valid_to_ms > d.a AND c.valid_from_ms < d.b
             GROUP BY d.fact_id, d.profile, c.gpu_class)
         WHERE free_same = 0 GROUP BY gpu_class, profile ORDER BY gpu_class, profile"""
-
-
-def held_intervals_sql(db: str) -> str:
-    """Every allocated interval of a tenant with its SKU (class, class/MIG or vGPU profile),
-    for the guaranteed/borrowed sweep against quotas; with its confidence, pod, and the share
-    of it (in the window) its telemetry covered, as ``tenant_utilization_sql`` counts coverage."""
-    return f"""SELECT c.tenant_id, c.gpu_class, if(c.profile = '', c.gpu_class, concat(c.gpu_class, '/', c.profile)),
-            c.valid_from_ms, c.valid_to_ms, c.capacity_fraction, c.confidence, c.pod_uid,
-            if(c.b > c.a, least(coalesce(u.span, 0), c.b - c.a) / (c.b - c.a), 1.0) AS covered_share
-        FROM (SELECT *, greatest(valid_from_ms, %(f)s) AS a, least(valid_to_ms, %(t)s) AS b
-              FROM {db}.capacity_facts FINAL WHERE kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}) AS c
-        LEFT JOIN ({samples_by_capacity_fact_sql(db)}) AS u ON u.capacity_fact_id = c.fact_id"""
 
 
 def completed_jobs_sql(db: str) -> str:
@@ -314,8 +257,7 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
     rows["evidence_short"] = short
     rows["outside_inventory"] = reader.query(outside_inventory_sql(db), p)[1]
     rows["tenant_capacity"] = reader.query(tenant_capacity_sql(db), p)[1]
-    rows["tenant_utilization"] = reader.query(tenant_utilization_sql(db), p)[1]
-    rows["tenant_daily_utilization"] = reader.query(tenant_daily_utilization_sql(db), p)[1]
+    rows.update(read_coverage_rows(reader, from_ms, window_to))  # tenant_utilization, ..._daily_..., held
     rows["tenant_profiles"] = reader.query(tenant_profile_sql(db), p)[1]
     rows["platform_capacity"] = reader.query(platform_capacity_sql(db), p)[1]
     rows["physical"] = reader.query(physical_sql(db), p)[1]
@@ -343,9 +285,8 @@ def read_showback_rows(reader: QueryPort, from_ms: int, to_ms: int,
                                 "buckets": reader.query(class_buckets_sql(db), w)[1],
                                 "unattributed": reader.query(class_unattributed_sql(db), w)[1],
                                 # only a card that prices energy reads it (every sample of the window)
-                                "energy": reader.query(energy_sql(db), w)[1] if card and card.per_kwh is not None
+                                "energy": read_energy_rows(reader, a, b) if card and card.per_kwh is not None
                                 else []})
-    rows["held"] = reader.query(held_intervals_sql(db), p)[1]
     rows["disrupted_pods"] = reader.query(disrupted_pods_sql(db), p)[1]
     rows["completed_jobs"] = reader.query(completed_jobs_sql(db), p)[1]
     rows["endpoint_intervals"] = reader.query(endpoint_intervals_sql(db), p)[1]

@@ -10,7 +10,8 @@ from typing import Callable
 
 from gpuledger.sinks.access import TENANT_FACT_TABLES
 from gpuledger.sinks.schema_sql import CAPACITY_COLUMNS, DEMAND_COLUMNS, REQUEST_COLUMNS, UTILIZATION_COLUMNS
-from gpuledger.sinks.showback_sql import tenant_capacity_sql, tenant_utilization_sql
+from gpuledger.sinks.coverage_sql import tenant_utilization_sql
+from gpuledger.sinks.showback_sql import tenant_capacity_sql
 
 Runner = Callable[[list[tuple[str, dict]]], dict[str, dict]]
 

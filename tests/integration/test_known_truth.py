@@ -112,7 +112,7 @@ def test_held_intervals_carry_their_telemetry_coverage(showback):
     """What the telemetry-unknown billing policy sets aside (domain/pricing.py): per held
     interval, the share its telemetry did not cover; summed, a0's 20 dark minutes under alpha."""
     from gpuledger.sinks.clickhouse import ClickHouseStore  # noqa: PLC0415
-    from gpuledger.sinks.showback_sql import held_intervals_sql  # noqa: PLC0415
+    from gpuledger.sinks.coverage_sql import held_intervals_sql  # noqa: PLC0415
     from gpuledger.domain.timeutil import parse_rfc3339_ms  # noqa: PLC0415
 
     _, doc, stack = showback
@@ -123,7 +123,7 @@ def test_held_intervals_carry_their_telemetry_coverage(showback):
     finally:
         store.close()
     unknown: dict[str, float] = {}
-    for tenant, _, _, a, b, fraction, _, _, covered in rows:
+    for tenant, _, _, a, b, fraction, _, _, covered, _device in rows:
         unknown[tenant] = unknown.get(tenant, 0.0) + fraction * (min(b, t) - max(a, f)) * (1 - covered) / 3_600_000
     assert unknown["alpha"] == pytest.approx(20 / 60, abs=1e-6)
     assert sum(unknown.values()) == pytest.approx(doc["platform"]["idle_gpu_hours"]["telemetry_unknown"], abs=1e-6)
