@@ -19,7 +19,7 @@ export GPULEDGER_FOCUS_VALIDATOR ?= $(CURDIR)/$(FOCUS_VENV)/bin/focus-validator
 PY312 ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3; do \
           $$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: setup demo test unit integration faults bench bench-fleet bench-hotpath stack-up stack-down kafka-jars kube-bins focus-validator tools test-clickhouse-server clean env
+.PHONY: setup demo test unit integration faults bench bench-fleet bench-hotpath bench-ledger stack-up stack-down kafka-jars kube-bins focus-validator tools test-clickhouse-server clean env
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -116,6 +116,14 @@ bench-fleet: setup
 # process without a broker: what a change to the hot path moves.
 bench-hotpath: setup
 	$(BIN)/python -m gpuledger.bench.hotpath --gpus 64 --hours 1
+
+# What closing a month holds: a fleet's facts generated in the engine, the period's ledger
+# document built from them in a process of its own (time, peak resident size, hash).
+LEDGER_GPUS ?= 1024
+LEDGER_HOURS ?= 24
+bench-ledger: setup
+	$(BIN)/python -m gpuledger.bench.ledger_read --gpus $(LEDGER_GPUS) --hours $(LEDGER_HOURS) \
+		--store .gpuledger/bench-ledger-$(LEDGER_GPUS)x$(LEDGER_HOURS)
 
 # The secrets of the compose stack (docker-compose.yml requires every one): random values,
 # written once to .env with mode 0600 and never overwritten (.gitignore keeps it out of git).
