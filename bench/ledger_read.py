@@ -99,31 +99,42 @@ def measure(dsn: str) -> dict:
             "active_gpu_hours": round(sum(float(t["active_gpu_hours"]) for t in doc["tenants"]), 6)}
 
 
+def _child(args: argparse.Namespace, step: str) -> dict:
+    """``step`` in a process of its own: the embedded engine is opened by one process at a time,
+    and the measured process holds nothing but what building the document needs."""
+    cmd = [sys.executable, "-m", "gpuledger.bench.ledger_read", "--store", args.store, "--gpus", str(args.gpus),
+           "--hours", str(args.hours), "--cadence-s", str(args.cadence_s), step]
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gpuledger.bench.ledger_read", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", type=int, default=1024)
     p.add_argument("--hours", type=float, default=24)
     p.add_argument("--cadence-s", type=float, default=10)
     p.add_argument("--store", default=".gpuledger/bench-ledger", help="folder of the generated store (reused if there)")
+    p.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     dsn = f"chdb://{Path(args.store).resolve() / 'clickhouse'}"
+    if args.generate_only:
+        started = time.monotonic()
+        made = generate(dsn, args.gpus, args.hours, args.cadence_s)
+        print(json.dumps({**made, "generate_s": round(time.monotonic() - started, 1)}))
+        return 0
     if args.measure_only:
         print(json.dumps(measure(dsn)))
         return 0
     out: dict = {"gpus": args.gpus, "hours": args.hours, "cadence_s": args.cadence_s}
-    if not (Path(args.store) / "generated.json").exists():
+    marker = Path(args.store) / "generated.json"
+    if not marker.exists():
         print(f"generating {args.gpus} GPUs x {args.hours} h into {args.store} ...", file=sys.stderr, flush=True)
-        started = time.monotonic()
         Path(args.store).mkdir(parents=True, exist_ok=True)
-        made = generate(dsn, args.gpus, args.hours, args.cadence_s)
-        made["generate_s"] = round(time.monotonic() - started, 1)
-        (Path(args.store) / "generated.json").write_text(json.dumps({**out, **made}))
-    out.update(json.loads((Path(args.store) / "generated.json").read_text()))
+        marker.write_text(json.dumps({**out, **_child(args, "--generate-only")}))
+    out.update(json.loads(marker.read_text()))
     print("building the period's ledger document in a process of its own ...", file=sys.stderr, flush=True)
-    run = subprocess.run([sys.executable, "-m", "gpuledger.bench.ledger_read", "--store", args.store,
-                          "--measure-only"], capture_output=False, stdout=subprocess.PIPE, text=True, check=True)
-    out.update(json.loads(run.stdout.strip().splitlines()[-1]))
+    out.update(_child(args, "--measure-only"))
     print(json.dumps(out, indent=2))
     return 0
 

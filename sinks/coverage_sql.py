@@ -35,7 +35,10 @@ CHUNK_FACTS = 200_000  # allocated facts a chunk holds (a bucket is never cut, s
 BUCKET_MS = 600_000  # chunks are whole 10-minute buckets of valid_from_ms
 IN_WINDOW = "valid_to_ms > %(f)s AND valid_from_ms < %(t)s"
 ALLOCATED = f"kind = 'allocated' AND tenant_id != '' AND {IN_WINDOW}"
-IN_CHUNK = "valid_from_ms >= %(cf)s AND valid_from_ms < %(ct)s"
+# valid_from (the sort key) bounds the parts read; valid_from_ms is the exact bound
+IN_CHUNK = ("valid_from >= fromUnixTimestamp64Milli(toInt64(%(cf)s), 'UTC') "
+            "AND valid_from < fromUnixTimestamp64Milli(toInt64(%(ct)s), 'UTC') "
+            "AND valid_from_ms >= %(cf)s AND valid_from_ms < %(ct)s")
 SAMPLES_IN_WINDOW = "capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s"
 
 
