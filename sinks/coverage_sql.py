@@ -27,8 +27,8 @@ from gpuledger.domain.cadence import MAX_STALE_CEILING_MS
 from gpuledger.domain.held import join_touching
 from gpuledger.sinks.query import QueryPort
 
-__all__ = ["BUCKET_MS", "CHUNK_FACTS", "IN_WINDOW", "allocated_where", "buckets_sql", "chunks", "held_intervals_sql",
-           "read_coverage_rows", "samples_by_capacity_fact_sql", "samples_where", "summed",
+__all__ = ["BUCKET_MS", "CHUNK_FACTS", "IN_WINDOW", "OBSERVED_IN_CHUNK", "allocated_where", "buckets_sql", "chunks",
+           "held_intervals_sql", "read_coverage_rows", "samples_by_capacity_fact_sql", "samples_where", "summed",
            "tenant_daily_utilization_sql", "tenant_utilization_sql"]
 
 CHUNK_FACTS = 200_000  # allocated facts a chunk holds (a bucket is never cut, so one may hold more)
@@ -40,10 +40,14 @@ IN_CHUNK = ("valid_from >= fromUnixTimestamp64Milli(toInt64(%(cf)s), 'UTC') "
             "AND valid_from < fromUnixTimestamp64Milli(toInt64(%(ct)s), 'UTC') "
             "AND valid_from_ms >= %(cf)s AND valid_from_ms < %(ct)s")
 SAMPLES_IN_WINDOW = "capacity_fact_id != '' AND observed_at_ms >= %(f)s AND observed_at_ms < %(t)s"
+# observed_at (the samples' sort key) bounds the parts a chunk reads
+OBSERVED_IN_CHUNK = ("observed_at >= fromUnixTimestamp64Milli(toInt64(%(sf)s), 'UTC') "
+                     "AND observed_at < fromUnixTimestamp64Milli(toInt64(%(st)s), 'UTC')")
 
 
 def allocated_where(chunked: bool, facts: str = ALLOCATED) -> str:
-    """The window's allocated facts of a tenant (``facts``; with ``chunked``, those starting in ``[%(cf)s, %(ct)s)``)."""
+    """The window's allocated facts of a tenant (``facts``; with ``chunked``, those starting in
+    ``[%(cf)s, %(ct)s)``)."""
     return f"{facts} AND {IN_CHUNK}" if chunked else facts
 
 
@@ -51,10 +55,8 @@ def samples_where(db: str, chunked: bool, facts: str = ALLOCATED) -> str:
     """Samples over a capacity fact observed in the window (with ``chunked``, over the chunk's facts)."""
     if not chunked:
         return SAMPLES_IN_WINDOW
-    # observed_at (the sort key) bounds the parts read; the fact ids pick the chunk's own
-    return (f"""{SAMPLES_IN_WINDOW}
-              AND observed_at >= fromUnixTimestamp64Milli(toInt64(%(sf)s), 'UTC')
-              AND observed_at < fromUnixTimestamp64Milli(toInt64(%(st)s), 'UTC')
+    # the fact ids pick the chunk's own samples among those its times bound
+    return (f"""{SAMPLES_IN_WINDOW} AND {OBSERVED_IN_CHUNK}
               AND capacity_fact_id IN (SELECT fact_id FROM {db}.capacity_facts WHERE {allocated_where(True, facts)})""")
 
 
@@ -142,15 +144,13 @@ def chunks(buckets: list[tuple[int, int, int]], from_ms: int, to_ms: int,
     """Query parameters per chunk of whole buckets holding about ``chunk_facts`` facts:
     the window (``f``, ``t``), the chunk's starts ``[cf, ct)`` and the observation times its
     samples can have ``[sf, st)``."""
-    group: list[tuple[int, int, int]] = []
-    for i, bucket in enumerate(buckets):
-        group.append(bucket)
-        last = i == len(buckets) - 1
-        if last or sum(n for _, n, _ in group) + buckets[i + 1][1] > chunk_facts:
-            cf, ct = group[0][0], (bucket[0] + BUCKET_MS)
-            yield {"f": from_ms, "t": to_ms, "cf": cf, "ct": ct, "sf": max(from_ms, cf - MAX_STALE_CEILING_MS),
-                   "st": min(to_ms, max(end for _, _, end in group))}
-            group = []
+    first, facts, last_end = None, 0, 0
+    for i, (start, n, end) in enumerate(buckets):
+        first, facts, last_end = start if first is None else first, facts + n, max(last_end, end)
+        if i == len(buckets) - 1 or facts + buckets[i + 1][1] > chunk_facts:
+            yield {"f": from_ms, "t": to_ms, "cf": first, "ct": start + BUCKET_MS,
+                   "sf": max(from_ms, first - MAX_STALE_CEILING_MS), "st": min(to_ms, last_end)}
+            first, facts, last_end = None, 0, 0
 
 
 def summed(parts: list[list[tuple]], width: int) -> list[tuple]:

@@ -15,7 +15,8 @@ so the join with the facts never holds a month of them.
 from __future__ import annotations
 
 from gpuledger.domain.cadence import MAX_STALE_CEILING_MS
-from gpuledger.sinks.coverage_sql import CHUNK_FACTS, allocated_where, buckets_sql, chunks, samples_where, summed
+from gpuledger.sinks.coverage_sql import (
+    CHUNK_FACTS, OBSERVED_IN_CHUNK, allocated_where, buckets_sql, chunks, samples_where, summed)
 from gpuledger.sinks.query import QueryPort
 
 __all__ = ["energy_sql", "energy_tenants_sql", "energy_totals_sql", "read_energy_rows"]
@@ -23,7 +24,8 @@ __all__ = ["energy_sql", "energy_tenants_sql", "energy_totals_sql", "read_energy
 WINDOW = "observed_at_ms >= %(f)s AND observed_at_ms < %(t)s"
 # Every allocated fact a sample observed in the window can be over: a sample part keeps its
 # sample's time, at most a stale ceiling before the part's start.
-HELD = f"kind = 'allocated' AND tenant_id != '' AND valid_to_ms > %(f)s AND valid_from_ms < %(t)s + {MAX_STALE_CEILING_MS}"
+HELD = (f"kind = 'allocated' AND tenant_id != '' AND valid_to_ms > %(f)s "
+        f"AND valid_from_ms < %(t)s + {MAX_STALE_CEILING_MS}")
 
 
 def _classes(db: str) -> str:
@@ -51,8 +53,7 @@ def energy_tenants_sql(db: str, chunked: bool = False) -> str:
     return f"""WITH
         parent AS (SELECT gpu_uuid, observed_at_ms, max(power_w) AS w FROM {db}.utilization_facts FINAL
                    WHERE {WINDOW} AND device_id = gpu_uuid AND power_w IS NOT NULL
-                     {"AND observed_at >= fromUnixTimestamp64Milli(toInt64(%(sf)s), 'UTC') "
-                      "AND observed_at < fromUnixTimestamp64Milli(toInt64(%(st)s), 'UTC')" if chunked else ""}
+                     {f"AND {OBSERVED_IN_CHUNK}" if chunked else ""}
                      AND gpu_uuid IN (SELECT gpu_uuid FROM {db}.utilization_facts
                                       WHERE {WINDOW} AND startsWith(device_id, 'MIG-'))
                    GROUP BY gpu_uuid, observed_at_ms)
