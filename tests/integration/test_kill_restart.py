@@ -86,7 +86,9 @@ def test_two_workers_one_killed_and_restarted_equal_one_undisturbed_worker(broke
     parts = {r[-2] for r in want["utilization_facts"]}
     assert len(parts) >= 2, "the nodes spread over partitions, so each worker holds some"
 
-    two = Stack(tmp_path / "two", f"t{uuid.uuid4().hex[:10]}")
+    # commits every half second, so the committed share rises in steps a kill can land between
+    # (at the default 5 s a fast machine reads the whole topic before the first commit)
+    two = Stack(tmp_path / "two", f"t{uuid.uuid4().hex[:10]}", {"GPULEDGER_CHECKPOINT_INTERVAL_S": "0.5"})
     two.run("ingest", str(cap))
     sink = two.start("process", "--workers", "0")  # the sink and the query endpoint; the workers run apart
     try:
