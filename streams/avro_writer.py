@@ -20,7 +20,7 @@ import re
 import struct
 from collections.abc import Callable
 
-__all__ = ["NotFast", "compile_checker", "compile_writer", "varint"]
+__all__ = ["NotFast", "check_program", "compile_checker", "compile_writer", "varint"]
 
 
 class NotFast(Exception):
@@ -181,7 +181,9 @@ def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[by
     ``struct.error``) on anything else. None when the schema holds a type it does not cover.
 
     Consecutive string fields (and the union branches between them) are checked as UTF-8 in
-    one ``decode`` of the bytes they span, not one per string."""
+    one ``decode`` of the bytes they span, not one per string. The sink runs the same check in
+    C over a whole poll (``check_program``, streams/_avro_check.c); this one is its reference,
+    and the path of a source tree without the build."""
     lines = ["def check(raw):", f"    if raw[:{len(header)}] != H:", "        raise NotFast",
              f"    p, L, kept = {len(header)}, len(raw), None"]
     in_run = False  # a run of strings is open: bytes from ``s`` to ``p`` are still to be checked
@@ -214,3 +216,24 @@ def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[by
              "LE": _LONG_END, "IE": _INT_END}
     exec(compile("\n".join(lines), f"<avro checker {schema.get('name', '?')}>", "exec"), scope)  # noqa: S102
     return scope["check"]
+
+
+_PROGRAM_TYPES = {"string": 1, "long": 2, "int": 3, "double": 4}
+
+
+def check_program(schema: dict, keep: str = "") -> tuple[bytes, int] | None:
+    """What ``compile_checker`` checks, as the program of the C check (streams/_avro_check.c):
+    two bytes per field (its type, and 0 / 1 / 2 for not a union / null as branch 0 / null
+    as branch 1) and the index of the field ``keep`` (-1 without one). None when the schema
+    holds a type the checks do not cover (as ``compile_checker``)."""
+    program, kept = bytearray(), -1
+    for i, f in enumerate(schema["fields"]):
+        t = f["type"]
+        nullable = isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str)
+        kind = t if isinstance(t, str) else t[1 - t.index("null")] if nullable else None
+        if kind not in _PROGRAM_TYPES:
+            return None
+        program += bytes([_PROGRAM_TYPES[kind], 1 + t.index("null") if nullable else 0])
+        if f["name"] == keep:
+            kept = i
+    return bytes(program), kept

@@ -41,7 +41,12 @@ from gpuledger.domain.gpu_incidents import GpuHealthIncident
 from gpuledger.domain.model_metrics import ModelFact
 from gpuledger.domain.requests import RequestFact
 from gpuledger.schemas.registry import CodecError, latest_version, load_schema
-from gpuledger.streams.avro_writer import compile_checker, compile_writer, varint
+from gpuledger.streams.avro_writer import check_program, compile_checker, compile_writer, varint
+
+try:  # built at install (pyproject.toml); a source tree without the build checks in Python
+    from gpuledger.streams._avro_check import check_all as _check_all
+except ImportError:  # pragma: no cover — tests/unit/streams/test_avro_check_native.py requires it
+    _check_all = None
 
 __all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_bodies", "container",
            "decode_facts", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches", "schema_name"]
@@ -138,7 +143,9 @@ class _KindCodec:
         self.floats = tuple(n for n in self.fields if types_[n] in ("double", "float"))
         self.ints = tuple((n, *_RANGES[types_[n]]) for n in self.fields if types_[n] in _RANGES)
         self.fast = compile_writer(self.schema, self.header)  # same bytes as fastavro, checks included
-        self.checker = compile_checker(self.schema, self.header, "observed_at_ms" if kind == "utilization" else "")
+        keep = "observed_at_ms" if kind == "utilization" else ""
+        self.checker = compile_checker(self.schema, self.header, keep)
+        self.program = check_program(self.schema, keep)  # the same check for the C walk (streams/_avro_check.c)
         self.ocf_header = b""  # an empty object container file of the schema (``container``), made on first use
 
     def check(self, rec: dict) -> None:
@@ -294,13 +301,18 @@ def checked_bodies(kind: str, values: list[bytes]) -> tuple[list[bytes], list] |
     one's ``observed_at_ms`` (utilization; None for other kinds), when every value passes the
     checks ``decode_facts`` makes (whole record, UTF-8, finite, in range); None when any does
     not, or is of another version: then decode them one by one to find which."""
-    check = _codec(kind).checker
-    if check is None:
+    c = _codec(kind)
+    if c.checker is None:
         return None
-    try:
-        kept = [check(v) for v in values]
-    except Exception:  # noqa: BLE001 — NotFast, or bytes that are not a record of the schema
-        return None
+    if _check_all is not None and c.program is not None:
+        kept = _check_all(c.header, c.program[0], c.program[1], values if type(values) is list else list(values))
+        if kept is None:
+            return None
+    else:
+        try:
+            kept = [c.checker(v) for v in values]
+        except Exception:  # noqa: BLE001 — NotFast, or bytes that are not a record of the schema
+            return None
     n = _HEADER.size
     return [v[n:] for v in values], kept
 

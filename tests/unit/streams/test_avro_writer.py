@@ -10,8 +10,33 @@ import typing
 import fastavro
 import pytest
 
-from gpuledger.streams.avro_writer import NotFast, compile_checker, compile_writer
+from gpuledger.streams import _avro_check  # built at install: a missing build fails here, not silently slower
+from gpuledger.streams.avro_writer import NotFast, check_program, compile_checker, compile_writer
 from gpuledger.streams.fact_codec import _CODECS, FACT_CLASSES, FACT_KINDS, FactCodecError, decode_facts, encode_fact
+
+# The checker's two implementations (one in Python, one in C: streams/_avro_check.c); every
+# checker test runs against both, and test_the_two_checkers_agree_on_corrupted_values holds
+# them to the same answer value by value.
+CHECKERS = ("python", "c")
+
+
+def compiled(schema: dict, header: bytes, keep: str, impl: str):
+    """One value -> its kept field, raising on a value refused (the C one raises NotFast)."""
+    if impl == "python":
+        return compile_checker(schema, header, keep)
+    program, index = check_program(schema, keep)
+
+    def check(raw: bytes):
+        kept = _avro_check.check_all(header, program, index, [raw])
+        if kept is None:
+            raise NotFast
+        return kept[0]
+    return check
+
+
+def checker(kind: str, impl: str):
+    codec = _CODECS[kind]
+    return compiled(codec.schema, codec.header, "observed_at_ms" if kind == "utilization" else "", impl)
 
 STRINGS = ["", "a", "node-17", "GPU-5e1f0000-dead-4bee-8000-00000000beef", "ü", "日本語", "🚀 rocket", "x" * 200,
            "quote\"and\\backslash", "\x00nul"]
@@ -96,13 +121,14 @@ def test_every_fact_class_is_covered():
     assert all(typing.get_type_hints(cls) for cls in FACT_CLASSES.values())
 
 
+@pytest.mark.parametrize("impl", CHECKERS)
 @pytest.mark.parametrize("kind", FACT_KINDS)
-def test_the_checker_takes_every_fact_the_writer_writes(kind):
-    codec = _CODECS[kind]
-    assert codec.checker is not None
+def test_the_checker_takes_every_fact_the_writer_writes(kind, impl):
+    assert _CODECS[kind].checker is not None and _CODECS[kind].program is not None
+    check = checker(kind, impl)
     rng = random.Random(7 + len(kind))
     facts = [_random_fact(kind, rng) for _ in range(300)]
-    kept = [codec.checker(encode_fact(kind, f)) for f in facts]
+    kept = [check(encode_fact(kind, f)) for f in facts]
     assert kept == [f.observed_at_ms if kind == "utilization" else None for f in facts]
 
 
@@ -115,9 +141,10 @@ def _plain(kind: str, fact, **change) -> bytes:
     return buf.getvalue()
 
 
-def test_the_checker_refuses_what_decoding_refuses():
+@pytest.mark.parametrize("impl", CHECKERS)
+def test_the_checker_refuses_what_decoding_refuses(impl):
     kind = "utilization"
-    check = _CODECS[kind].checker
+    check = checker(kind, impl)
     fact = replace_nulls(_random_fact(kind, random.Random(3)))
     good = encode_fact(kind, fact)
     bad_utf8 = good.replace(fact.pod_name.encode(), b"\xff" * len(fact.pod_name.encode()), 1)
@@ -155,12 +182,13 @@ def _branch(good: bytes, fact) -> bytes:
     return good[:p] + b"\x04" + good[p + 1:]
 
 
-def test_the_checker_refuses_bad_utf8_wherever_it_sits_in_a_run_of_strings():
+@pytest.mark.parametrize("impl", CHECKERS)
+def test_the_checker_refuses_bad_utf8_wherever_it_sits_in_a_run_of_strings(impl):
     """Strings are checked in runs: a sequence cut at a string's end, a stray continuation byte
     at a string's start, and a bad byte in a string too long for a one-byte length are each
     refused, as decoding refuses them."""
     kind = "utilization"
-    check = _CODECS[kind].checker
+    check = checker(kind, impl)
     base = replace_nulls(_random_fact(kind, random.Random(5)))
     base = dataclasses.replace(base, **{f.name: "x" for f in dataclasses.fields(base) if isinstance(getattr(base, f.name), str)})
     cases = {"cut sequence then next string": dict(cluster_id="aé", node="x"),
@@ -178,21 +206,22 @@ def test_the_checker_refuses_bad_utf8_wherever_it_sits_in_a_run_of_strings():
         else:
             bad = good.replace(b"\xc3\xa9", b"\xc3(", 1)
         assert bad != good and len(bad) == len(good), name
-        with pytest.raises(UnicodeDecodeError):
+        with pytest.raises(UnicodeDecodeError if impl == "python" else NotFast):
             check(bad)
         errors = []
         decode_facts(kind, [bad], lambda *e: errors.append(e))
         assert errors, f"{name}: decoding refuses it too"
 
 
-def test_whatever_the_checker_takes_decoding_takes():
+@pytest.mark.parametrize("impl", CHECKERS)
+def test_whatever_the_checker_takes_decoding_takes(impl):
     """Random corruption of fact bodies: any value the checker passes is a fact that decoding
     takes, with the same kept value (the sink hands the checked bytes to ClickHouse, so it must
     never pass what the fact-by-fact path would refuse)."""
     rng = random.Random(11)
     passed = refused = 0
     for kind in ("capacity", "utilization", "health"):
-        check = _CODECS[kind].checker
+        check = checker(kind, impl)
         for _ in range(300):
             fact = _random_fact(kind, rng)
             raw = bytearray(encode_fact(kind, fact))
@@ -211,6 +240,7 @@ def test_whatever_the_checker_takes_decoding_takes():
     assert passed > 50 and refused > 50, (passed, refused)
 
 
+@pytest.mark.parametrize("impl", CHECKERS)
 @pytest.mark.parametrize(("kind", "field", "varint", "ok"), [
     ("utilization", "src_partition", b"\xff\xff\xff\xff\x0f", True),  # -2**31: the fifth byte below 16
     ("utilization", "src_partition", b"\xfe\xff\xff\xff\x1f", False),  # 2**32 once zigzagged: not an int
@@ -218,29 +248,99 @@ def test_whatever_the_checker_takes_decoding_takes():
     ("utilization", "src_offset", b"\xff" * 9 + b"\x02", False),  # past 64 bits
     ("utilization", "src_offset", b"\xff" * 10 + b"\x00", False),  # an eleventh byte
 ])
-def test_the_checker_takes_integers_at_their_types_edges_and_nothing_past(kind, field, varint, ok):
-    codec = _CODECS[kind]
+def test_the_checker_takes_integers_at_their_types_edges_and_nothing_past(kind, field, varint, ok, impl):
+    check = checker(kind, impl)
     fact = dataclasses.replace(replace_nulls(_random_fact(kind, random.Random(2))), src_partition=5, src_offset=77)
     good = encode_fact(kind, fact)
     old = {"src_partition": b"\x0a\x9a\x01", "src_offset": b"\x9a\x01"}[field]  # partition 5 then offset 77
     assert good.endswith(b"\x0a\x9a\x01")
     bad = good[:-len(old)] + (varint + b"\x9a\x01" if field == "src_partition" else varint)
     if ok:
-        codec.checker(bad)
+        check(bad)
         assert encode_fact(kind, decode_facts(kind, [bad])[0]) == bad
     else:
         with pytest.raises(Exception):  # noqa: B017,PT011
-            codec.checker(bad)
+            check(bad)
 
 
-def test_a_record_that_ends_in_strings_has_its_last_run_checked():
+@pytest.mark.parametrize("impl", CHECKERS)
+def test_a_record_that_ends_in_strings_has_its_last_run_checked(impl):
     schema = {"type": "record", "name": "T", "fields": [{"name": "n", "type": "long"},
                                                          {"name": "a", "type": "string"},
                                                          {"name": "b", "type": ["null", "string"]}]}
-    check = compile_checker(schema, b"H")
+    check = compiled(schema, b"H", "", impl)
     assert check is not None
     good = b"H" + b"\x02" + b"\x02x" + b"\x02" + b"\x04\xc3\xa9"  # n=1, a="x", b="é"
     assert check(good) is None
     for bad in (b"H\x02\x02x\x02\x04\xc3(", b"H\x02\x02\xc3\x02\x04\xc3\xa9"):
-        with pytest.raises(UnicodeDecodeError):
+        with pytest.raises(UnicodeDecodeError if impl == "python" else NotFast):
             check(bad)
+
+
+def _answer(check, raw: bytes):
+    try:
+        return ("takes", check(raw))
+    except Exception:  # noqa: BLE001 — refused, however
+        return ("refuses", None)
+
+
+_HOSTILE_UTF8 = [b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f\x98\x80", b"\xe2\x82", b"\x00",
+                 b"\xc3\xa9", b"\xef\xbf\xbf", b"\xf8\x88\x80\x80\x80"]
+
+
+def test_the_two_checkers_agree_on_corrupted_values():
+    """Value by value, on facts of every kind spoiled every way (bytes flipped, cut, added,
+    dropped; hostile UTF-8 spliced into strings; varints stretched): the C check takes
+    exactly what the Python one takes, with the same kept value."""
+    rng = random.Random(23)
+    seen = {"takes": 0, "refuses": 0}
+    for kind in FACT_KINDS:
+        py, c = checker(kind, "python"), checker(kind, "c")
+        for _ in range(400):
+            fact = _random_fact(kind, rng)
+            if kind == "utilization" and rng.random() < 0.3:
+                fact = dataclasses.replace(fact, observed_at_ms=rng.choice([-(2 ** 63), 2 ** 63 - 1, -1, 0]))
+            raw = bytearray(encode_fact(kind, fact))
+            how = rng.randrange(6)
+            if how == 0:
+                for _ in range(rng.choice([1, 2])):
+                    i = rng.randrange(len(raw))
+                    raw[i] = rng.choice([rng.randrange(256), raw[i] ^ 0x80, raw[i] ^ 0x01, 0x80, 0xFF, 0x00])
+            elif how == 1:
+                del raw[rng.randrange(len(raw)):]
+            elif how == 2:
+                raw += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
+            elif how == 3:
+                i = rng.randrange(5, len(raw))
+                raw[i:i] = rng.choice([b"\x80", b"\xff" * 9 + b"\x01", b"\x00", bytes([rng.randrange(256)])])
+            elif how == 4:
+                text = rng.choice(_HOSTILE_UTF8)
+                i = raw.find(b"x", 5)  # inside a string (fact ids are hex, names hold x's), kept the same length
+                if i > 0:
+                    raw[i:i + 1] = text[:1] if rng.random() < 0.5 else text[-1:]
+            raw = bytes(raw)
+            a, b = _answer(py, raw), _answer(c, raw)
+            assert a == b, (kind, how, raw)
+            seen[a[0]] += 1
+    assert seen["takes"] > 300 and seen["refuses"] > 800, seen
+
+
+def test_the_c_check_answers_for_the_whole_list():
+    codec = _CODECS["utilization"]
+    program, keep = codec.program
+    rng = random.Random(4)
+    facts = [_random_fact("utilization", rng) for _ in range(50)]
+    values = [encode_fact("utilization", f) for f in facts]
+    assert _avro_check.check_all(codec.header, program, keep, values) == [f.observed_at_ms for f in facts]
+    assert _avro_check.check_all(codec.header, program, keep, []) == []
+    assert _avro_check.check_all(codec.header, program, keep, [*values[:49], values[49][:-1]]) is None
+    assert _avro_check.check_all(codec.header, program, keep, [*values[:10], bytearray(values[10])]) is None
+    assert _avro_check.check_all(codec.header, program, keep, [*values[:10], None]) is None
+    with pytest.raises(ValueError, match="program"):
+        _avro_check.check_all(codec.header, b"\x09\x00", -1, values)
+    strings = {"type": "record", "name": "S", "fields": [{"name": "s", "type": "string"}]}
+    program, keep = check_program(strings)
+    for text in ("", "é", "x" * 300, "\U0001f600" * 40):
+        raw = b"H" + bytes(compile_writer(strings, b"")({"s": text}))
+        assert _avro_check.check_all(b"H", program, keep, [raw]) == [None], text
+    assert check_program({"type": "record", "name": "M", "fields": [{"name": "m", "type": {"type": "map", "values": "long"}}]}) is None
