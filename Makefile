@@ -1,6 +1,6 @@
 # Everything installs itself: a virtualenv with the Python deps, and the Kafka 3.9.2 jars
 # from Maven Central into .cache/. Nothing needs to be installed by hand beyond
-# python3 (3.11+) with its headers, a C compiler (the sink's fact check in C), Java 17 and
+# python3 (3.11+) with its headers, a C compiler (the facts' Avro writer and check), Java 17 and
 # Maven. The tests also use Debian's chromium, promtool and amtool; `make test` installs them
 # with apt-get when missing (as root, or with sudo).
 # The Kubernetes tests run a real etcd and kube-apiserver, built from pinned Go modules
@@ -24,7 +24,7 @@ PY312 ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[2-9]
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
-$(VENV)/.installed: pyproject.toml streams/_avro_check.c
+$(VENV)/.installed: pyproject.toml streams/_avro_c.c
 	@command -v $(PY) >/dev/null || { echo "python3 (3.11+) is required"; exit 1; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

@@ -182,7 +182,7 @@ def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[by
 
     Consecutive string fields (and the union branches between them) are checked as UTF-8 in
     one ``decode`` of the bytes they span, not one per string. The sink runs the same check in
-    C over a whole poll (``check_program``, streams/_avro_check.c); this one is its reference,
+    C over a whole poll (``check_program``, streams/_avro_c.c); this one is its reference,
     and the path of a source tree without the build."""
     lines = ["def check(raw):", f"    if raw[:{len(header)}] != H:", "        raise NotFast",
              f"    p, L, kept = {len(header)}, len(raw), None"]
@@ -222,7 +222,7 @@ _PROGRAM_TYPES = {"string": 1, "long": 2, "int": 3, "double": 4}
 
 
 def check_program(schema: dict, keep: str = "") -> tuple[bytes, int] | None:
-    """What ``compile_checker`` checks, as the program of the C check (streams/_avro_check.c):
+    """What ``compile_checker`` checks, as the program of the C check (streams/_avro_c.c):
     two bytes per field (its type, and 0 / 1 / 2 for not a union / null as branch 0 / null
     as branch 1) and the index of the field ``keep`` (-1 without one). None when the schema
     holds a type the checks do not cover (as ``compile_checker``)."""

@@ -24,6 +24,7 @@ what is wrong, and this module refuses to import while anything is.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import math
 import operator
@@ -43,10 +44,11 @@ from gpuledger.domain.requests import RequestFact
 from gpuledger.schemas.registry import CodecError, latest_version, load_schema
 from gpuledger.streams.avro_writer import check_program, compile_checker, compile_writer, varint
 
-try:  # built at install (pyproject.toml); a source tree without the build checks in Python
-    from gpuledger.streams._avro_check import check_all as _check_all
-except ImportError:  # pragma: no cover — tests/unit/streams/test_avro_check_native.py requires it
-    _check_all = None
+try:  # built at install (pyproject.toml); a source tree without the build writes and checks in Python
+    from gpuledger.streams._avro_c import check_all as _check_all
+    from gpuledger.streams._avro_c import write as _write
+except ImportError:  # pragma: no cover — tests/unit/streams/test_avro_writer.py requires it
+    _check_all = _write = None
 
 __all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_bodies", "container",
            "decode_facts", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches", "schema_name"]
@@ -145,7 +147,10 @@ class _KindCodec:
         self.fast = compile_writer(self.schema, self.header)  # same bytes as fastavro, checks included
         keep = "observed_at_ms" if kind == "utilization" else ""
         self.checker = compile_checker(self.schema, self.header, keep)
-        self.program = check_program(self.schema, keep)  # the same check for the C walk (streams/_avro_check.c)
+        self.program = check_program(self.schema, keep)  # the same check for the C walk (streams/_avro_c.c)
+        # the writer in C (streams/_avro_c.c): the same bytes as ``fast``, None where it is not sure
+        self.c_write = None if _write is None or self.fast is None or self.program is None else functools.partial(
+            _write, self.header, self.program[0], tuple(f["name"] for f in self.schema["fields"]))
         self.ocf_header = b""  # an empty object container file of the schema (``container``), made on first use
 
     def check(self, rec: dict) -> None:
@@ -167,6 +172,10 @@ class _KindCodec:
         if type(fact) is not self.cls:
             raise FactCodecError(f"{self.kind}: expected a {self.cls.__name__}, got {type(fact).__name__}")
         rec = fact.__dict__
+        if self.c_write is not None:
+            value = self.c_write(rec)
+            if value is not None:
+                return value
         if self.fast is not None:
             try:
                 return self.fast(rec)

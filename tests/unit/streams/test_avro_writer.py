@@ -10,11 +10,11 @@ import typing
 import fastavro
 import pytest
 
-from gpuledger.streams import _avro_check  # built at install: a missing build fails here, not silently slower
+from gpuledger.streams import _avro_c  # built at install: a missing build fails here, not silently slower
 from gpuledger.streams.avro_writer import NotFast, check_program, compile_checker, compile_writer
 from gpuledger.streams.fact_codec import _CODECS, FACT_CLASSES, FACT_KINDS, FactCodecError, decode_facts, encode_fact
 
-# The checker's two implementations (one in Python, one in C: streams/_avro_check.c); every
+# The checker's two implementations (one in Python, one in C: streams/_avro_c.c); every
 # checker test runs against both, and test_the_two_checkers_agree_on_corrupted_values holds
 # them to the same answer value by value.
 CHECKERS = ("python", "c")
@@ -27,7 +27,7 @@ def compiled(schema: dict, header: bytes, keep: str, impl: str):
     program, index = check_program(schema, keep)
 
     def check(raw: bytes):
-        kept = _avro_check.check_all(header, program, index, [raw])
+        kept = _avro_c.check_all(header, program, index, [raw])
         if kept is None:
             raise NotFast
         return kept[0]
@@ -37,6 +37,28 @@ def compiled(schema: dict, header: bytes, keep: str, impl: str):
 def checker(kind: str, impl: str):
     codec = _CODECS[kind]
     return compiled(codec.schema, codec.header, "observed_at_ms" if kind == "utilization" else "", impl)
+
+
+# The writer's two implementations too: the C one (``write``) answers None where the Python
+# one raises NotFast, and the codec then takes the Python one (then the general path).
+WRITERS = ("python", "c")
+
+
+def writer(kind: str, impl: str):
+    """A record dict -> its framed bytes, raising NotFast for what the writer is not sure of."""
+    codec = _CODECS[kind]
+    if impl == "python":
+        return codec.fast
+    program, _ = check_program(codec.schema)
+    names = tuple(f["name"] for f in codec.schema["fields"])
+
+    def write(rec: dict) -> bytes:
+        value = _avro_c.write(codec.header, program, names, rec)
+        if value is None:
+            raise NotFast
+        return value
+    return write
+
 
 STRINGS = ["", "a", "node-17", "GPU-5e1f0000-dead-4bee-8000-00000000beef", "ü", "日本語", "🚀 rocket", "x" * 200,
            "quote\"and\\backslash", "\x00nul"]
@@ -77,14 +99,17 @@ def _fastavro(kind: str, fact) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.parametrize("impl", WRITERS)
 @pytest.mark.parametrize("kind", FACT_KINDS)
-def test_the_compiled_writer_writes_fastavros_bytes(kind):
+def test_the_compiled_writer_writes_fastavros_bytes(kind, impl):
     codec = _CODECS[kind]
     assert codec.fast is not None, f"{kind}: every fact schema is flat, so it gets a compiled writer"
+    assert codec.c_write is not None, f"{kind}: and one in C"
+    write = writer(kind, impl)
     rng = random.Random(hash(kind) & 0xFFFF)
     for _ in range(400):
         fact = _random_fact(kind, rng)
-        written = codec.fast(fact.__dict__)
+        written = write(fact.__dict__)
         assert written == _fastavro(kind, fact), fact
         assert decode_facts(kind, [written]) == [fact]
 
@@ -92,20 +117,30 @@ def test_the_compiled_writer_writes_fastavros_bytes(kind):
 @pytest.mark.parametrize("field,bad", [("power_w", math.nan), ("power_w", math.inf), ("sm_active_ratio", -math.inf),
                                        ("power_w", "600"), ("observed_at_ms", True), ("observed_at_ms", "7"),
                                        ("observed_at_ms", 2 ** 63), ("src_offset", -(2 ** 63) - 1),
-                                       ("src_partition", 2 ** 31), ("observed_at_ms", 1.5), ("fb_used_bytes", 2.0)])
-def test_what_it_is_not_sure_of_goes_to_the_general_path(field, bad):
+                                       ("src_partition", 2 ** 31), ("observed_at_ms", 1.5), ("fb_used_bytes", 2.0),
+                                       ("fact_id", b"bytes"), ("observed_at_ms", None), ("src_partition", -(2 ** 31) - 1)])
+@pytest.mark.parametrize("impl", WRITERS)
+def test_what_it_is_not_sure_of_goes_to_the_general_path(field, bad, impl):
     kind = "utilization"
     fact = _random_fact(kind, random.Random(1))
     with pytest.raises(NotFast):
-        _CODECS[kind].fast({**fact.__dict__, field: bad})
+        writer(kind, impl)({**fact.__dict__, field: bad})
     with pytest.raises(FactCodecError, match=field):  # the general path names the field
         encode_fact(kind, dataclasses.replace(fact, **{field: bad}))
 
 
-def test_a_string_that_is_not_utf8_encodable_goes_to_the_general_path():
+@pytest.mark.parametrize("impl", WRITERS)
+def test_an_integer_past_a_doubles_range_is_not_written(impl):
+    fact = _random_fact("utilization", random.Random(1))
+    with pytest.raises((NotFast, OverflowError)):
+        writer("utilization", impl)({**fact.__dict__, "power_w": 10 ** 400})
+
+
+@pytest.mark.parametrize("impl", WRITERS)
+def test_a_string_that_is_not_utf8_encodable_goes_to_the_general_path(impl):
     fact = _random_fact("utilization", random.Random(2))
     with pytest.raises(NotFast):
-        _CODECS["utilization"].fast({**fact.__dict__, "pod_name": "lone \ud800 surrogate"})
+        writer("utilization", impl)({**fact.__dict__, "pod_name": "lone \ud800 surrogate"})
     with pytest.raises(FactCodecError, match="pod_name"):
         encode_fact("utilization", dataclasses.replace(fact, pod_name="lone \ud800 surrogate"))
 
@@ -331,16 +366,46 @@ def test_the_c_check_answers_for_the_whole_list():
     rng = random.Random(4)
     facts = [_random_fact("utilization", rng) for _ in range(50)]
     values = [encode_fact("utilization", f) for f in facts]
-    assert _avro_check.check_all(codec.header, program, keep, values) == [f.observed_at_ms for f in facts]
-    assert _avro_check.check_all(codec.header, program, keep, []) == []
-    assert _avro_check.check_all(codec.header, program, keep, [*values[:49], values[49][:-1]]) is None
-    assert _avro_check.check_all(codec.header, program, keep, [*values[:10], bytearray(values[10])]) is None
-    assert _avro_check.check_all(codec.header, program, keep, [*values[:10], None]) is None
+    assert _avro_c.check_all(codec.header, program, keep, values) == [f.observed_at_ms for f in facts]
+    assert _avro_c.check_all(codec.header, program, keep, []) == []
+    assert _avro_c.check_all(codec.header, program, keep, [*values[:49], values[49][:-1]]) is None
+    assert _avro_c.check_all(codec.header, program, keep, [*values[:10], bytearray(values[10])]) is None
+    assert _avro_c.check_all(codec.header, program, keep, [*values[:10], None]) is None
     with pytest.raises(ValueError, match="program"):
-        _avro_check.check_all(codec.header, b"\x09\x00", -1, values)
+        _avro_c.check_all(codec.header, b"\x09\x00", -1, values)
     strings = {"type": "record", "name": "S", "fields": [{"name": "s", "type": "string"}]}
     program, keep = check_program(strings)
     for text in ("", "é", "x" * 300, "\U0001f600" * 40):
         raw = b"H" + bytes(compile_writer(strings, b"")({"s": text}))
-        assert _avro_check.check_all(b"H", program, keep, [raw]) == [None], text
+        assert _avro_c.check_all(b"H", program, keep, [raw]) == [None], text
     assert check_program({"type": "record", "name": "M", "fields": [{"name": "m", "type": {"type": "map", "values": "long"}}]}) is None
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+_HOSTILE_VALUES = [True, False, 1.5, math.nan, math.inf, -math.inf, -0.0, 2 ** 63, -(2 ** 63) - 1, 2 ** 31,
+                   -(2 ** 31) - 1, 2 ** 53 + 1, 10 ** 400, "7", "lone \ud800", b"x", None, _Str("s"), _Int(3), [1]]
+
+
+def test_the_two_writers_agree_on_hostile_values():
+    """Field by field, values of every wrong type and edge: the C writer writes exactly the
+    bytes the Python one writes, and refuses exactly what it refuses."""
+    rng = random.Random(31)
+    seen = {"writes": 0, "refuses": 0}
+    for kind in FACT_KINDS:
+        py, c = writer(kind, "python"), writer(kind, "c")
+        names = [f.name for f in dataclasses.fields(_CODECS[kind].cls)]
+        for _ in range(300):
+            rec = dict(_random_fact(kind, rng).__dict__)
+            for name in rng.sample(names, rng.choice([0, 1, 1, 2])):
+                rec[name] = rng.choice(_HOSTILE_VALUES)
+            a, b = _answer(py, rec), _answer(c, rec)
+            assert a == b, (kind, rec)
+            seen["writes" if a[0] == "takes" else "refuses"] += 1
+    assert seen["writes"] > 500 and seen["refuses"] > 500, seen
