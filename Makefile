@@ -24,7 +24,7 @@ PY312 ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[2-9]
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
-$(VENV)/.installed: pyproject.toml streams/_avro_c.c
+$(VENV)/.installed: pyproject.toml streams/_avro_c.c domain/_dcgm_walk.c
 	@command -v $(PY) >/dev/null || { echo "python3 (3.11+) is required"; exit 1; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

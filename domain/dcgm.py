@@ -264,19 +264,26 @@ def _lenient(rest: str) -> float | None:
         return None
 
 
-def parse_exposition(text: str) -> DcgmParse:
-    """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
-    per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
-    models: dict[tuple[str, int | None], str] = {}
-    pod_values: dict[tuple, dict[str, dict[tuple, float]]] = {}  # key -> field -> pod -> value
-    health_out: dict[HealthDevice, dict[str, float | int]] = {}
-    skipped: dict[str, int] = {}
+def _unterminated(line: str) -> None:
+    raise ValueError(f"unterminated label set: {line[:120]!r}")
+
+
+def _miss(series: str, brace: int, rest: str, line: str) -> tuple:
+    """The info of a series not in the caches (the value is read before the labels, as on a hit)."""
+    if series[:brace] in _FIELDS:
+        _value(rest, line)
+    return _series(series, brace)
+
+
+def _walk(lines: list[str], cache: dict, from_old, per_gpu: dict, models: dict, pod_values: dict, health_out: dict,
+          skipped: dict) -> int:
+    """One scrape's lines into ``per_gpu`` (device key -> field -> value), ``models``,
+    ``pod_values`` (key -> field -> pod -> value), ``health_out`` and ``skipped``; returns the
+    series parsed. domain/_dcgm_walk.c does the same in C (tests hold the two to the same
+    results); this one is its reference, and the path of a source tree without the build."""
     parsed = 0
     isfinite = math.isfinite
     sentinel, fp64_blank, fp64_blank_end = _SENTINEL_MIN, _FP64_BLANK, _FP64_BLANK + 16  # _blank, inlined
-    lines = text.splitlines()
-    _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape
-    cache = _SERIES.young
     for line in lines:
         if not line or line[0] == "#":
             continue
@@ -284,18 +291,16 @@ def parse_exposition(text: str) -> DcgmParse:
         if brace >= 0:
             close = line.rfind("}")
             if close < brace:
-                raise ValueError(f"unterminated label set: {line[:120]!r}")
+                _unterminated(line)
             series, rest = line[:close + 1], line[close + 1:]
         else:
             name, _, rest = line.partition(" ")
             series, brace = name + "{}", len(name)
         info = cache.get(series)  # the young generation, inlined: nearly every line is found here
         if info is None:
-            info = _SERIES.from_old(series)
+            info = from_old(series)
         if info is None:
-            if series[:brace] in _FIELDS:  # the value is read before the labels, as on a hit
-                _value(rest, line)
-            info = _series(series, brace)
+            info = _miss(series, brace, rest, line)
         field, key, model, reason, pod, low, high, implausible, ratio, health = info
         value = None
         if field is not None:
@@ -338,6 +343,30 @@ def parse_exposition(text: str) -> DcgmParse:
                         continue
                     reason = _REPEATED  # time-slicing: the exporter repeats a GPU's series per sharing pod
         skipped[reason] = skipped.get(reason, 0) + 1
+    return parsed
+
+
+try:  # built at install (pyproject.toml); a source tree without the build walks in Python
+    from gpuledger.domain import _dcgm_walk
+except ImportError:  # pragma: no cover — tests/unit/domain/test_dcgm_walk.py requires it
+    _c_walk = None
+else:
+    _dcgm_walk.setup(_miss, _value, _lenient, _unterminated, _REPEATED, "DCGM blank sentinel", _SENTINEL_MIN,
+                     _FP64_BLANK, _FP64_BLANK + 16, _INT64_LIMIT)
+    _c_walk = _dcgm_walk.walk
+
+
+def parse_exposition(text: str) -> DcgmParse:
+    """Parse one scrape. Raises ValueError if the text is not Prometheus exposition."""
+    per_gpu: dict[tuple[str, int | None], dict[str, float]] = {}
+    models: dict[tuple[str, int | None], str] = {}
+    pod_values: dict[tuple, dict[str, dict[tuple, float]]] = {}  # key -> field -> pod -> value
+    health_out: dict[HealthDevice, dict[str, float | int]] = {}
+    skipped: dict[str, int] = {}
+    lines = text.splitlines()
+    _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape
+    parsed = (_walk if _c_walk is None else _c_walk)(lines, _SERIES.young, _SERIES.from_old, per_gpu, models,
+                                                      pod_values, health_out, skipped)
     samples = []
     for key in sorted(per_gpu, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
         f = per_gpu[key]

@@ -1,0 +1,341 @@
+/* The walk over a dcgm-exporter scrape's lines, in C: domain/dcgm.py ``_walk`` does the same
+ * in Python and is the reference (tests/unit/domain/test_dcgm_walk.py holds the two to the
+ * same results and the same errors on real, generated and hostile scrapes). Only the line
+ * loop is here: what a series means (its field, device, pod, health reading) comes from the
+ * same caches and, for a series not in them, from the same Python functions, and a value
+ * float() refuses is read by the same Python helpers, so every message stays theirs.
+ *
+ * setup(miss, value, lenient, unterminated, repeated, blank_reason, sentinel, fp64_blank,
+ *       fp64_blank_end, int64_limit): the helpers and constants of domain/dcgm.py, once.
+ * walk(lines, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> parsed
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+
+static PyObject *miss, *value_of, *lenient, *unterminated, *repeated, *blank_reason;
+static double sentinel, fp64_blank, fp64_blank_end, int64_limit;
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *m, *v, *l, *u, *r, *b;
+    double s, fb, fe, il;
+    if (!PyArg_ParseTuple(args, "OOOOUUdddd", &m, &v, &l, &u, &r, &b, &s, &fb, &fe, &il))
+        return NULL;
+    Py_XSETREF(miss, Py_NewRef(m));
+    Py_XSETREF(value_of, Py_NewRef(v));
+    Py_XSETREF(lenient, Py_NewRef(l));
+    Py_XSETREF(unterminated, Py_NewRef(u));
+    Py_XSETREF(repeated, Py_NewRef(r));
+    Py_XSETREF(blank_reason, Py_NewRef(b));
+    sentinel = s;
+    fp64_blank = fb;
+    fp64_blank_end = fe;
+    int64_limit = il;
+    Py_RETURN_NONE;
+}
+
+/* float() of an ASCII " 0.5" (blanks, one number, blanks) without making a str of it: NULL
+ * with no error set when the text is anything else (then float() itself is asked). */
+static PyObject *plain_float(PyObject *line, Py_ssize_t from) {
+    const char *s, *end;
+    double v;
+    if (!PyUnicode_IS_ASCII(line))
+        return NULL;
+    s = (const char *)PyUnicode_DATA(line) + from;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (*s == '\0')
+        return NULL;
+    v = PyOS_string_to_double(s, (char **)&end, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (end == s)
+        return NULL;
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (*end != '\0')
+        return NULL;  /* a timestamp, an underscore, anything else: float() decides */
+    return PyFloat_FromDouble(v);
+}
+
+/* float(rest), or what the Python helper ``fallback`` makes of it when float() refuses it
+ * (``value`` raises ValueError naming the line; ``lenient`` returns None). New reference. */
+static PyObject *read_value(PyObject *rest, PyObject *line, PyObject *fallback) {
+    PyObject *v = PyFloat_FromString(rest);
+    if (v != NULL || !PyErr_ExceptionMatches(PyExc_ValueError))
+        return v;
+    PyErr_Clear();
+    return fallback == value_of ? PyObject_CallFunctionObjArgs(value_of, rest, line, NULL)
+                                : PyObject_CallFunctionObjArgs(lenient, rest, NULL);
+}
+
+/* d.setdefault(key, {}) -- borrowed */
+static PyObject *inner_dict(PyObject *d, PyObject *key) {
+    PyObject *inner = PyDict_GetItemWithError(d, key);
+    if (inner != NULL || PyErr_Occurred())
+        return inner;
+    inner = PyDict_New();
+    if (inner == NULL)
+        return NULL;
+    if (PyDict_SetItem(d, key, inner) < 0) {
+        Py_DECREF(inner);
+        return NULL;
+    }
+    Py_DECREF(inner);
+    return inner;
+}
+
+static int count(PyObject *skipped, PyObject *reason) {
+    PyObject *n = PyDict_GetItemWithError(skipped, reason), *m;
+    long k = 0;
+    int r;
+    if (n == NULL && PyErr_Occurred())
+        return -1;
+    if (n != NULL) {
+        k = PyLong_AsLong(n);
+        if (k == -1 && PyErr_Occurred())
+            return -1;
+    }
+    m = PyLong_FromLong(k + 1);
+    if (m == NULL)
+        return -1;
+    r = PyDict_SetItem(skipped, reason, m);
+    Py_DECREF(m);
+    return r;
+}
+
+/* The health reading of a line (domain/dcgm.py: a health series never fails the scrape). */
+static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *health_out) {
+    PyObject *hv = value, *hfield, *scale, *integer, *device, *fields, *put;
+    double h, scaled;
+    int is_int, r;
+    if (hv == NULL) {
+        hv = read_value(rest, NULL, lenient);
+        if (hv == NULL)
+            return -1;
+    } else {
+        Py_INCREF(hv);
+    }
+    if (hv == Py_None) {
+        Py_DECREF(hv);
+        return 0;
+    }
+    h = PyFloat_AsDouble(hv);
+    Py_DECREF(hv);
+    if (h == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(h >= 0 && h < sentinel && !(fp64_blank <= h && h < fp64_blank_end)))
+        return 0;
+    hfield = PyTuple_GET_ITEM(health, 0);
+    scale = PyTuple_GET_ITEM(health, 1);
+    integer = PyTuple_GET_ITEM(health, 2);
+    device = PyTuple_GET_ITEM(health, 3);
+    scaled = h * PyFloat_AsDouble(scale);  /* hvalue * scale: an int scale is converted as Python converts it */
+    if (scaled == -1.0 && PyErr_Occurred())
+        return -1;
+    is_int = PyObject_IsTrue(integer);
+    if (is_int < 0)
+        return -1;
+    if (!isfinite(scaled) || (is_int && scaled >= int64_limit))
+        return 0;
+    fields = inner_dict(health_out, device);
+    if (fields == NULL)
+        return -1;
+    r = PyDict_Contains(fields, hfield);
+    if (r != 0)
+        return r < 0 ? -1 : 0;
+    /* int(round(scaled)): round half to even, as nearbyint under the default rounding mode */
+    put = is_int ? PyLong_FromDouble(nearbyint(scaled)) : PyFloat_FromDouble(scaled);
+    if (put == NULL)
+        return -1;
+    r = PyDict_SetItem(fields, hfield, put);
+    Py_DECREF(put);
+    return r;
+}
+
+/* One line; returns 1 when it was parsed as an attribution value, 0 otherwise, -1 on error. */
+static int walk_line(PyObject *line, PyObject *cache, PyObject *from_old, PyObject *per_gpu, PyObject *models,
+                     PyObject *pod_values, PyObject *health_out, PyObject *skipped) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(line), brace, close, rest_from = 0;
+    PyObject *series = NULL, *rest = NULL, *info = NULL, *value = NULL;
+    PyObject *field, *key, *model, *reason, *pod, *low, *high, *implausible, *ratio, *health;
+    int result = -1;
+    if (n == 0 || PyUnicode_READ_CHAR(line, 0) == '#')
+        return 0;
+    brace = PyUnicode_FindChar(line, '{', 0, n, 1);
+    if (brace == -2)
+        return -1;
+    if (brace >= 0) {
+        close = PyUnicode_FindChar(line, '}', 0, n, -1);
+        if (close == -2)
+            return -1;
+        if (close < brace) {
+            PyObject *r = PyObject_CallOneArg(unterminated, line);
+            Py_XDECREF(r);
+            return -1;
+        }
+        series = PyUnicode_Substring(line, 0, close + 1);
+        rest_from = close + 1;
+    } else {
+        Py_ssize_t space = PyUnicode_FindChar(line, ' ', 0, n, 1);
+        PyObject *name;
+        if (space == -2)
+            return -1;
+        name = PyUnicode_Substring(line, 0, space < 0 ? n : space);
+        rest_from = space < 0 ? n : space + 1;
+        if (name == NULL)
+            return -1;
+        brace = PyUnicode_GET_LENGTH(name);
+        series = PyUnicode_FromFormat("%U{}", name);
+        Py_DECREF(name);
+    }
+    if (series == NULL)
+        goto done;
+    /* the value's text; made a str only for what the Python helpers are handed */
+#define REST() (rest != NULL ? rest : (rest = PyUnicode_Substring(line, rest_from, n)))
+    info = PyDict_GetItemWithError(cache, series);
+    if (info != NULL) {
+        Py_INCREF(info);
+    } else {
+        if (PyErr_Occurred())
+            goto done;
+        info = PyObject_CallOneArg(from_old, series);
+        if (info == NULL)
+            goto done;
+        if (info == Py_None) {
+            PyObject *b = PyLong_FromSsize_t(brace);
+            Py_DECREF(info);
+            if (b == NULL)
+                goto done;
+            info = REST() == NULL ? NULL : PyObject_CallFunctionObjArgs(miss, series, b, rest, line, NULL);
+            Py_DECREF(b);
+            if (info == NULL)
+                goto done;
+        }
+    }
+    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 10) {
+        PyErr_SetString(PyExc_TypeError, "a series' info is a tuple of 10");
+        goto done;
+    }
+    field = PyTuple_GET_ITEM(info, 0);
+    key = PyTuple_GET_ITEM(info, 1);
+    model = PyTuple_GET_ITEM(info, 2);
+    reason = PyTuple_GET_ITEM(info, 3);
+    pod = PyTuple_GET_ITEM(info, 4);
+    low = PyTuple_GET_ITEM(info, 5);
+    high = PyTuple_GET_ITEM(info, 6);
+    implausible = PyTuple_GET_ITEM(info, 7);
+    ratio = PyTuple_GET_ITEM(info, 8);
+    health = PyTuple_GET_ITEM(info, 9);
+    if (field != Py_None || health != Py_None)
+        value = plain_float(line, rest_from);  /* None is never float()'s answer: the helpers are asked below */
+    if (field != Py_None && value == NULL) {
+        if (REST() == NULL)
+            goto done;
+        value = read_value(rest, line, value_of);
+        if (value == NULL)
+            goto done;
+    }
+    if (health != Py_None) {
+        if (value == NULL && REST() == NULL)
+            goto done;
+        if (health_reading(health, value, rest, health_out) < 0)
+            goto done;
+    }
+    if (field != Py_None && PyUnicode_GET_LENGTH(reason) == 0) {
+        double v = PyFloat_AsDouble(value), lo, hi;
+        if (v == -1.0 && PyErr_Occurred())
+            goto done;
+        lo = PyFloat_AsDouble(low);
+        hi = PyFloat_AsDouble(high);
+        if (PyErr_Occurred())
+            goto done;
+        if (v != v || fabs(v) >= sentinel || (fp64_blank <= v && v < fp64_blank_end)) {
+            reason = blank_reason;
+        } else if (!(lo <= v && v < hi)) {
+            reason = implausible;
+        } else {
+            PyObject *fields;
+            int r;
+            if (pod != Py_None && PyObject_IsTrue(ratio)) {
+                PyObject *by_field = inner_dict(pod_values, key), *by_pod;
+                if (by_field == NULL || (by_pod = inner_dict(by_field, field)) == NULL ||
+                    PyDict_SetItem(by_pod, pod, value) < 0)
+                    goto done;
+            }
+            fields = PyDict_GetItemWithError(per_gpu, key);
+            if (fields == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                fields = PyDict_New();
+                if (fields == NULL)
+                    goto done;
+                r = PyDict_SetItem(per_gpu, key, fields);
+                Py_DECREF(fields);
+                if (r < 0 || PyDict_SetItem(models, key, model) < 0)
+                    goto done;
+            }
+            r = PyDict_Contains(fields, field);
+            if (r < 0)
+                goto done;
+            if (r == 0) {
+                if (PyDict_SetItem(fields, field, value) < 0)
+                    goto done;
+                result = 1;
+                goto done;
+            }
+            reason = repeated;  /* time-slicing: the exporter repeats a GPU's series per sharing pod */
+        }
+    }
+    result = count(skipped, reason) < 0 ? -1 : 0;
+done:
+    Py_XDECREF(series);
+    Py_XDECREF(rest);
+    Py_XDECREF(info);
+    Py_XDECREF(value);
+    return result;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *lines, *cache, *from_old, *per_gpu, *models, *pod_values, *health_out, *skipped;
+    Py_ssize_t i, parsed = 0;
+    if (miss == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_dcgm_walk.setup() was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!O!", &PyList_Type, &lines, &PyDict_Type, &cache, &from_old, &PyDict_Type,
+                          &per_gpu, &PyDict_Type, &models, &PyDict_Type, &pod_values, &PyDict_Type, &health_out,
+                          &PyDict_Type, &skipped))
+        return NULL;
+    for (i = 0; i < PyList_GET_SIZE(lines); i++) {
+        PyObject *line = PyList_GET_ITEM(lines, i);
+        int r;
+        if (!PyUnicode_CheckExact(line)) {
+            PyErr_SetString(PyExc_TypeError, "lines are str");
+            return NULL;
+        }
+        Py_INCREF(line);
+        r = walk_line(line, cache, from_old, per_gpu, models, pod_values, health_out, skipped);
+        Py_DECREF(line);
+        if (r < 0)
+            return NULL;
+        parsed += r;
+    }
+    return PyLong_FromSsize_t(parsed);
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "setup(miss, value, lenient, unterminated, repeated, blank_reason, sentinel, "
+                                   "fp64_blank, fp64_blank_end, int64_limit)"},
+    {"walk", walk, METH_VARARGS, "walk(lines, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> "
+                                 "parsed: see domain/_dcgm_walk.c"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dcgm_walk", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__dcgm_walk(void) {
+    return PyModule_Create(&module);
+}

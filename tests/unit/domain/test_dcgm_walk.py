@@ -1,0 +1,113 @@
+"""The walk over a scrape's lines in C (domain/_dcgm_walk.c) against its reference in Python
+(domain/dcgm.py ``_walk``): on real scrapes, generated fleets and every way a line can be
+spoiled, the same samples, counts, skip reasons and health readings, or the same error."""
+
+import random
+from pathlib import Path
+
+import pytest
+
+from gpuledger.bench.fleet_gen import _Node, fleet_plan
+from gpuledger.domain import _dcgm_walk  # built at install: a missing build fails here, not silently slower
+from gpuledger.domain import dcgm
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm"
+
+
+def _fresh_caches() -> None:
+    dcgm._SERIES, dcgm._LABELS, dcgm._HEALTH = dcgm._Generations(), dcgm._Generations(), dcgm._Generations()
+
+
+def _outcome(text: str, walk) -> tuple:
+    saved = dcgm._c_walk
+    dcgm._c_walk = walk
+    try:
+        parsed = dcgm.parse_exposition(text)
+    except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
+        return ("raises", type(exc).__name__, str(exc))
+    finally:
+        dcgm._c_walk = saved
+    return ("parses", parsed.samples, parsed.series_parsed, parsed.skipped, parsed.health)
+
+
+def _both(text: str) -> tuple:
+    """The outcome of the C walk and of the Python one, each from empty caches, then each again
+    from the caches its first run filled (a hit takes other steps than a miss)."""
+    out = []
+    for walk in (_dcgm_walk.walk, None):
+        _fresh_caches()
+        first = _outcome(text, walk)
+        out.append((first, _outcome(text, walk)))
+    _fresh_caches()
+    return out[0], out[1]
+
+
+def test_the_build_is_in_use():
+    assert dcgm._c_walk is _dcgm_walk.walk
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.txt")))
+def test_real_scrapes(name):
+    c, py = _both((FIXTURES / name).read_text())
+    assert c == py
+    assert c[0][0] == "parses" and c[0][1], "a real scrape has samples"
+
+
+def _fleet_texts(n: int, seed: int) -> list[str]:
+    plan = fleet_plan(16, 1, 10, 10)
+    rng = random.Random(seed)
+    texts = []
+    for node in plan.nodes:
+        gen = _Node(plan, node, [p for p in plan.pods if p.node == node], rng)
+        for t in range(plan.start_ms, plan.start_ms + 10 * 60_000, 60_000):
+            texts.append(gen.scrape(t)[0])
+    return texts[:n]
+
+
+def test_generated_fleet_scrapes():
+    for text in _fleet_texts(20, 1):
+        c, py = _both(text)
+        assert c == py
+        assert c[0][0] == "parses" and len(c[0][1]) == 8
+
+
+_VALUES = ["NaN", "+Inf", "-Inf", "-1", "1e999", "0x10", "1_000", "5 1700000000000", "\u0663", "", "  7  ", "7\t",
+           "\t7", "7\x0b", "abc", "9223372036854775794", "140737488355330", "1e-320", "-0", "0.5e", ".5", "5.", "+.5e+2",
+           "nan(1)", "infinity", "1e308", "1073741824", "99999.9", "1.5 # comment"]
+_LABELS = ['{gpu="0",UUID="GPU-a",Hostname="n"}', '{gpu="1",gpu_uuid="GPU-b"}', '{gpu="2"}',
+           '{gpu="0",UUID="GPU-a",GPU_I_ID="x"}', '{gpu="0",UUID="GPU-a",GPU_I_ID="3",GPU_I_PROFILE="1g.10gb"}',
+           '{gpu="0",UUID="GPU-a",namespace="ns",pod="p1"}', '{gpu="0",UUID="GPU-a",namespace="ns",pod="p2"}',
+           '{UUID="GPU-\u00e9",modelName="GRID A100-40C"}', '{gpu="0",UUID="GPU-a"', '{gpu="0",UUID="GPU-a",bad label}',
+           '', '{}', '{gpu="0",UUID="GPU-a",quote="a\\"b}c"}', '{UUID="GPU-a",pci_bus_id="00000000:01:00.0"}']
+_NAMES = [*dcgm._FIELDS, "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_FREE",
+          "DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+          "DCGM_FI_DEV_SM_CLOCK", "# HELP DCGM_FI_DEV_SM_CLOCK", "#", ""]
+
+
+def test_spoiled_lines_every_way():
+    """Random scrapes of real series names, label sets good and bad, and values float() takes,
+    refuses or takes only with help (blanks, a timestamp, an underscore, a non-ASCII digit):
+    the same result or the same error, line order and repeats included."""
+    rng = random.Random(17)
+    seen = {"parses": 0, "raises": 0}
+    for _ in range(600):
+        lines = []
+        for _ in range(rng.randrange(1, 12)):
+            name = rng.choice(_NAMES)
+            if name.startswith("#") or not name:
+                lines.append(name)
+                continue
+            lines.append(f"{name}{rng.choice(_LABELS)} {rng.choice(_VALUES)}")
+        sep = rng.choice(["\n", "\r\n", "\n\n", "\x0c"])
+        text = sep.join(lines) + rng.choice(["", "\n"])
+        c, py = _both(text)
+        assert c == py, text
+        seen[c[0][0]] += 1
+    assert seen["parses"] > 100 and seen["raises"] > 100, seen
+
+
+def test_a_line_without_labels_or_value():
+    for text in ("DCGM_FI_DEV_GPU_UTIL 5\n", "DCGM_FI_DEV_GPU_UTIL\n", "DCGM_FI_DEV_GPU_TEMP 40\n",
+                 "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\"} 5 6 7\n", "x{}} 1\n", "}{ 1\n"):
+        c, py = _both(text)
+        assert c == py, text
