@@ -1,6 +1,6 @@
 # Everything installs itself: a virtualenv with the Python deps, and the Kafka 3.9.2 jars
 # from Maven Central into .cache/. Nothing needs to be installed by hand beyond
-# python3 (3.11+) with its headers, a C compiler (the facts' Avro writer and check), Java 17 and
+# python3 (3.11+) with its headers, a C compiler (two C modules), Java 17 and
 # Maven. The tests also use Debian's chromium, promtool and amtool; `make test` installs them
 # with apt-get when missing (as root, or with sudo).
 # The Kubernetes tests run a real etcd and kube-apiserver, built from pinned Go modules
