@@ -1,7 +1,7 @@
 /* Fact values in Avro, in C: the worker's writer and the sink's check. streams/avro_writer.py
  * holds both in Python (``compile_writer``, ``compile_checker``): they are the reference, and
- * tests/unit/streams/test_avro_writer.py holds the two of each to the same bytes and answers
- * on valid, broken and hostile values.
+ * tests/unit/streams/test_avro_writer.py and test_avro_c.py hold the two of each to the same
+ * bytes and answers on valid, broken and hostile values.
  *
  * write(header, program, names, record) -> bytes | None
  *   header   the framing the value starts with (bytes)

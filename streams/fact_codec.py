@@ -47,7 +47,7 @@ from gpuledger.streams.avro_writer import check_program, compile_checker, compil
 try:  # built at install (pyproject.toml); a source tree without the build writes and checks in Python
     from gpuledger.streams._avro_c import check_all as _check_all
     from gpuledger.streams._avro_c import write as _write
-except ImportError:  # pragma: no cover — tests/unit/streams/test_avro_writer.py requires it
+except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py requires it
     _check_all = _write = None
 
 __all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_bodies", "container",
