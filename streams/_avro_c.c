@@ -57,9 +57,8 @@ static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
 }
 
 /* A varint of at most ``maxlen`` bytes at *p, as read by _read_varint (any terminator below
- * 0x80); its raw (not zigzag-decoded) value in *raw, its length in *len. */
-static int read_raw(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int maxlen,
-                    unsigned __int128 *raw, int *len) {
+ * 0x80); its raw (not zigzag-decoded) value in *raw. */
+static int read_raw(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int maxlen, unsigned __int128 *raw) {
     unsigned __int128 n = 0;
     int shift = 0, k;
     for (k = 0; k < maxlen && *p + k < L; k++) {
@@ -67,7 +66,6 @@ static int read_raw(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int max
         n |= (unsigned __int128)(c & 0x7F) << shift;
         if (c < 0x80) {
             *raw = n;
-            *len = k + 1;
             *p += k + 1;
             return OK;
         }
@@ -116,9 +114,8 @@ static int check_value(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int 
     switch (type) {
     case T_STRING: {
         unsigned __int128 raw;
-        int len;
         Py_ssize_t start;
-        if (read_raw(b, L, p, 10, &raw, &len) != OK || (raw & 1))
+        if (read_raw(b, L, p, 10, &raw) != OK || (raw & 1))
             return BAD;
         raw >>= 1;
         if (raw > (unsigned __int128)(L - *p))
@@ -131,9 +128,8 @@ static int check_value(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int 
     case T_INT:
         if (keep) {
             unsigned __int128 raw;
-            int len;
             int64_t v;
-            if (read_raw(b, L, p, 10, &raw, &len) != OK)
+            if (read_raw(b, L, p, 10, &raw) != OK)
                 return BAD;
             if (zigzag(raw, type == T_LONG ? INT64_MIN : INT32_MIN, type == T_LONG ? INT64_MAX : INT32_MAX, &v) != OK)
                 return BAD;

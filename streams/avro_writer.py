@@ -173,6 +173,13 @@ def _check_value(kind: str, indent: str, keep: bool) -> list[str] | None:
     return None
 
 
+def _flat(t) -> tuple[str | None, bool]:
+    """(the primitive, whether it is a ``[null, primitive]`` union) of a field's type; the
+    primitive is None for any other type."""
+    nullable = isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str)
+    return (t if isinstance(t, str) else t[1 - t.index("null")] if nullable else None), nullable
+
+
 def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[bytes], int | None] | None:
     """A function that checks one framed value (``header`` + body) is a whole record of the
     flat ``schema`` and nothing more: every string valid UTF-8, every double finite, every
@@ -189,8 +196,7 @@ def compile_checker(schema: dict, header: bytes, keep: str = "") -> Callable[[by
     in_run = False  # a run of strings is open: bytes from ``s`` to ``p`` are still to be checked
     for f in schema["fields"]:
         t, k = f["type"], f["name"] == keep
-        nullable = isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str)
-        kind = t if isinstance(t, str) else t[1 - t.index("null")] if nullable else None
+        kind, nullable = _flat(t)
         if kind == "string" and not in_run:
             lines.append("    s = p")
         elif kind != "string" and in_run:
@@ -229,8 +235,7 @@ def check_program(schema: dict, keep: str = "") -> tuple[bytes, int] | None:
     program, kept = bytearray(), -1
     for i, f in enumerate(schema["fields"]):
         t = f["type"]
-        nullable = isinstance(t, list) and len(t) == 2 and "null" in t and isinstance(t[1 - t.index("null")], str)
-        kind = t if isinstance(t, str) else t[1 - t.index("null")] if nullable else None
+        kind, nullable = _flat(t)
         if kind not in _PROGRAM_TYPES:
             return None
         program += bytes([_PROGRAM_TYPES[kind], 1 + t.index("null") if nullable else 0])

@@ -147,7 +147,7 @@ class _KindCodec:
         self.fast = compile_writer(self.schema, self.header)  # same bytes as fastavro, checks included
         keep = "observed_at_ms" if kind == "utilization" else ""
         self.checker = compile_checker(self.schema, self.header, keep)
-        self.program = check_program(self.schema, keep)  # the same check for the C walk (streams/_avro_c.c)
+        self.program = check_program(self.schema, keep)  # the same check, for the C one (streams/_avro_c.c)
         # the writer in C (streams/_avro_c.c): the same bytes as ``fast``, None where it is not sure
         self.c_write = None if _write is None or self.fast is None or self.program is None else functools.partial(
             _write, self.header, self.program[0], tuple(f["name"] for f in self.schema["fields"]))
