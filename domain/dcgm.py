@@ -151,6 +151,7 @@ _LINES_PER_SERIES = 16  # a generation lasts this many lines per series in use (
 _MIN_SERIES = 1024  # the least a generation is sized for (none in use yet, or all of them new)
 _lines_since_rotation = 0
 _REPEATED = "repeated series of the same device (one per sharing pod)"
+_BLANK = "DCGM blank sentinel"
 _RATIO_FIELDS = {"sm_active": 1.0, "gr_active": 1.0, "gpu_util_pct": 0.01}
 # field -> [low, high) of a value a GPU can report, in the exporter's units
 _PLAUSIBLE = {"fb_used_mib": (0.0, 2.0 ** 30, "implausible framebuffer used (not in [0, 2^50) bytes)"),
@@ -327,7 +328,7 @@ def _walk(lines: list[str], cache: dict, from_old, per_gpu: dict, models: dict, 
         if field is not None:
             if not reason:
                 if value != value or abs(value) >= sentinel or fp64_blank <= value < fp64_blank_end:
-                    reason = "DCGM blank sentinel"
+                    reason = _BLANK
                 elif not low <= value < high:
                     reason = implausible
                 else:
@@ -351,7 +352,7 @@ try:  # built at install (pyproject.toml); a source tree without the build walks
 except ImportError:  # pragma: no cover — tests/unit/domain/test_dcgm_walk.py requires it
     _c_walk = None
 else:
-    _dcgm_walk.setup(_miss, _value, _lenient, _unterminated, _REPEATED, "DCGM blank sentinel", _SENTINEL_MIN,
+    _dcgm_walk.setup(_miss, _value, _lenient, _unterminated, _REPEATED, _BLANK, _SENTINEL_MIN,
                      _FP64_BLANK, _FP64_BLANK + 16, _INT64_LIMIT)
     _c_walk = _dcgm_walk.walk
 
