@@ -32,7 +32,7 @@ from gpuledger.domain.gpu_incidents import HealthFold
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
 from gpuledger.domain.model_metrics import model_facts
-from gpuledger.domain.podresources import device_holders
+from gpuledger.domain.podresources import snapshot_holders
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.domain.samples import SampleAttribution
 from gpuledger.domain.segments import NEG_INF, NodeState, node_from, node_state
@@ -118,8 +118,11 @@ class Attributor(SampleAttribution):
         return self.book.apply(event_type, obj, observed_at_ms)
 
     def apply_podresources(self, node: str, response: dict, observed_at_ms: int, pos: SourcePos) -> None:
-        holders = {d: (h.namespace, h.pod, h.container, h.resource)
-                   for d, h in device_holders(response).items()}
+        self.apply_holders(node, snapshot_holders(response), observed_at_ms, pos)
+
+    def apply_holders(self, node: str, holders: dict, observed_at_ms: int, pos: SourcePos) -> None:
+        """A PodResources snapshot as ``snapshot_holders`` reads it (a reader may hand the same
+        dict for the same response again: it is never changed once made)."""
         self._snapshot(node, self.nodes.setdefault(node, NodeState()), holders, observed_at_ms, pos,
                        lambda: self._node_facts(node))
 

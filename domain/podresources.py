@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DeviceHolder", "PodResourcesError", "device_holders"]
+__all__ = ["DeviceHolder", "PodResourcesError", "device_holders", "snapshot_holders"]
 
 
 class PodResourcesError(ValueError):
@@ -59,6 +59,12 @@ def device_holders(response: dict) -> dict[str, DeviceHolder]:
                     holders[str(device_id)] = DeviceHolder(pod["namespace"], pod["name"],
                                                            container.get("name") or "", resource or "")
     return holders
+
+
+def snapshot_holders(response: dict) -> dict[str, tuple[str, str, str, str]]:
+    """What a node's segment keeps of a snapshot: device id -> (namespace, pod, container,
+    resource)."""
+    return {d: (h.namespace, h.pod, h.container, h.resource) for d, h in device_holders(response).items()}
 
 
 def _list(obj: dict, camel: str, snake: str, at: str) -> list:

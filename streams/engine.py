@@ -39,6 +39,7 @@ from gpuledger.domain.endpoints import parse_endpoints
 from gpuledger.domain.facts import FactBatch, SourcePos
 from gpuledger.domain.inventory import parse_inventory
 from gpuledger.domain.pricing import parse_credits
+from gpuledger.domain.podresources import snapshot_holders
 from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.suspense import parse_assignments
 from gpuledger.schemas import Codec
@@ -85,6 +86,9 @@ class Unit:
     first_offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> first offset read
     wm: dict[str, int] = field(default_factory=dict)  # topic -> latest event time read on this partition
     dead_lettered: int = 0
+    # (cluster, node) -> its latest PodResources response text and what it reads as: a node's
+    # snapshot seldom changes, so the same text is read once (a cache, not state)
+    holders_seen: dict[tuple[str, str], tuple[str, dict]] = field(default_factory=dict)
 
 
 @dataclass
@@ -216,7 +220,7 @@ class Engine:
             pos = SourcePos(topic, partition, offset)
             t = self.topics
             if topic == t.podresources.name:
-                att.apply_podresources(r["node"], orjson.loads(r["response_json"]), ts, pos)
+                att.apply_holders(r["node"], self._holders(unit, r), ts, pos)
             elif topic == t.dcgm.name:
                 for reason, n in att.apply_dcgm(r["node"], r["exposition"], ts, pos).items():
                     if not reason.startswith("not an attribution field"):  # blanks, implausible values, repeats
@@ -235,6 +239,16 @@ class Engine:
             unit.dead_lettered += 1
             self.dead_letter(f"{topic}/{partition}@{offset}", f"{type(exc).__name__}: {exc}", value or b"")
         return True
+
+    @staticmethod
+    def _holders(unit: Unit, r: dict) -> dict:
+        text, seen_key = r["response_json"], (r["cluster_id"], r["node"])
+        seen = unit.holders_seen.get(seen_key)
+        if seen is not None and seen[0] == text:
+            return seen[1]
+        holders = snapshot_holders(orjson.loads(text))
+        unit.holders_seen[seen_key] = (text, holders)
+        return holders
 
     def _unit_att(self, unit: Unit, cluster: str) -> Attributor:
         att = unit.attributors.get(cluster)
