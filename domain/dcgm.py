@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from dataclasses import field as dc_field
+from typing import NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -80,9 +81,9 @@ HEALTH_FIELDS: dict[str, tuple[str, float, bool]] = {
 _INT64_LIMIT = float(2 ** 63)  # the health facts' integer columns are Avro longs
 
 
-@dataclass(frozen=True)
-class HealthDevice:
-    """The device a health series is about (its label set)."""
+class HealthDevice(NamedTuple):
+    """The device a health series is about (its label set): a tuple, so that keying a scrape's
+    health fields by it hashes in C (a frozen dataclass hashes in Python, line after line)."""
 
     gpu_uuid: str
     gpu_instance_id: int | None

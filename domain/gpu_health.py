@@ -83,14 +83,15 @@ def health_facts(cluster_id: str, node: str, observed_at_ms: int, scrape: str | 
     """The scrape's health facts (from its text or its parse), devices in (UUID, instance) order."""
     facts = []
     parsed = (parse_exposition(scrape) if isinstance(scrape, str) else scrape).health
-    at = {"src_topic": pos.topic, "src_partition": pos.partition, "src_offset": pos.offset}
+    # the scrape's row, every field in the fact's order; each device's copy fills in its own
+    base = {"fact_id": "", "cluster_id": cluster_id, "node": node, "gpu_uuid": "", "gpu_instance_id": None,
+            "profile": "", "model": "", "pci_bus_id": "", "observed_at_ms": observed_at_ms, **_NO_VALUES,
+            "src_topic": pos.topic, "src_partition": pos.partition, "src_offset": pos.offset}
     for device in sorted(parsed, key=lambda d: (d.gpu_uuid, -1 if d.gpu_instance_id is None else d.gpu_instance_id)):
-        row = {"fact_id": fact_id("health", cluster_id, device.gpu_uuid, device.gpu_instance_id, observed_at_ms),
-               "cluster_id": cluster_id, "node": node, "gpu_uuid": device.gpu_uuid,
-               "gpu_instance_id": device.gpu_instance_id, "profile": device.profile, "model": device.model,
-               "pci_bus_id": device.pci_bus_id, "observed_at_ms": observed_at_ms, **_NO_VALUES}
+        row = base.copy()
+        row["fact_id"] = fact_id("health", cluster_id, device.gpu_uuid, device.gpu_instance_id, observed_at_ms)
+        row["gpu_uuid"], row["gpu_instance_id"], row["profile"], row["model"], row["pci_bus_id"] = device
         row.update(parsed[device])  # only fields of _VALUE_FIELDS: the keys stay those of the fact
-        row.update(at)
         facts.append(built(GpuHealthFact, row))
     return facts
 

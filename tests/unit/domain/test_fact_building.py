@@ -1,11 +1,13 @@
 """Facts built on the per-sample path (``domain.facts.built``, no dataclass ``__init__``) are
-exactly the facts ``__init__`` builds: every field present, nothing else, the same values, for
-every sharing mode, vGPU, outside-inventory and unattributed case the sharing plan holds."""
+exactly the facts ``__init__`` builds: every field present in the fields' order, nothing else,
+the same values, for every sharing mode, vGPU, outside-inventory and unattributed case the
+sharing plan holds, and for the health facts of its scrapes."""
 
 import dataclasses
 
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.domain.gpu_health import GpuHealthFact
 from pipeline import run_capture
 from plans import sharing_plan
 
@@ -20,3 +22,9 @@ def test_facts_built_without_init_equal_those_built_with_it(tmp_path):
             assert type(fact) is cls and sorted(vars(fact)) == sorted(names), fact
             assert cls(**{n: getattr(fact, n) for n in names}) == fact
             assert hash(fact.fact_id) and dataclasses.replace(fact, src_offset=0).fact_id == fact.fact_id
+    names = [f.name for f in dataclasses.fields(GpuHealthFact)]
+    assert len(mp.store.health) > 100
+    assert len({(f.gpu_uuid, f.gpu_instance_id) for f in mp.store.health.values()}) >= 5  # whole GPUs and MIG instances
+    for fact in mp.store.health.values():
+        assert type(fact) is GpuHealthFact and list(vars(fact)) == names, fact
+        assert GpuHealthFact(**{n: getattr(fact, n) for n in names}) == fact
