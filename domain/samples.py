@@ -86,14 +86,14 @@ class SampleAttribution:
                      reason: str) -> None:
         targets = ([(s.gpu_uuid, None, reason)] if reason or self.inventory is None
                    else sample_targets(self.inventory, st.pieces, node, t, s))
-        gap = "no PodResources evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps) else ""
+        gap = "no PodResources evidence (snapshot gap)" if st.gaps and any(a <= t < b for a, b in st.gaps) else ""
         self._emit_targets(node, t, end, s, pos, targets, gap, {} if reason else st.pieces)
 
     def _emit_targets(self, node: str, t: int, end: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str,
                       pieces: dict[str, list[Piece]]) -> None:
         """One fact per capacity fact the sample's ``[t, end)`` overlaps (span = the overlap);
         one unattributed fact over all of it where none does."""
-        per_pod = {(ns, pod): v for ns, pod, v in s.per_pod}
+        per_pod = {(ns, pod): v for ns, pod, v in s.per_pod} if s.per_pod else _NO_PODS
         held = {}
         for _, piece, _ in targets:
             if piece is not None and piece.pod_uid:
@@ -142,6 +142,9 @@ class SampleAttribution:
         pods = self.book.pods
         self.demand_done = {key for key in self.demand_done if key.split("/", 1)[0] in pods}
 
+
+
+_NO_PODS: dict = {}  # a sample without per-pod series (read, never written)
 
 
 def drop_before(pieces: list[Piece], horizon_ms: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from operator import attrgetter
 
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
@@ -20,8 +21,7 @@ from gpuledger.domain.inventory import Inventory
 __all__ = ["lookup", "overlapping", "sample_targets", "utilization_fact"]
 
 
-def _start(piece: Piece) -> int:
-    return piece.start_ms
+_start = attrgetter("start_ms")  # a piece's start, the key the pieces are sorted by
 
 
 def lookup(pieces: Sequence[Piece], t_ms: int) -> Piece | None:
