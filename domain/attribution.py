@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, run_facts, segment_facts
-from gpuledger.domain.dcgm import parse_exposition
+from gpuledger.domain.dcgm import parse_exposition, row_of, sample_of
 from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
 from gpuledger.domain.gpu_health import health_facts
@@ -169,24 +169,23 @@ class Attributor(SampleAttribution):
         for fact in health_facts(self.cluster_id, node, observed_at_ms, parsed, pos):
             self._health_out.append(fact)
             self._incident_out += self.health.observe(fact)
-        rows = []
+        samples = []
         at = [pos.topic, pos.partition, pos.offset]
+        vgpu_index = self.guest_source.vgpu_index
         for s in parsed.samples:
-            row = [s.gpu_uuid, s.gpu_instance_id, s.sm_active_ratio, s.fb_used_bytes, s.power_w, s.energy_j, s.model,
-                   s.per_pod]
-            if s.model.startswith("GRID ") or s.gpu_uuid in self.guest_source.vgpu_index:
-                entry = [observed_at_ms, row, at, node, None]
+            if s.model.startswith("GRID ") or s.gpu_uuid in vgpu_index:
+                entry = [observed_at_ms, s, at, node, None]
                 self.guest_pending.append(entry)
                 self.guest_open.setdefault(node, []).append(entry)
                 self.guest_wm[s.gpu_uuid] = max(self.guest_wm.get(s.gpu_uuid, NEG_INF), observed_at_ms)
                 self.counters.samples += 1
             else:
-                rows.append(row)
-        if rows or not parsed.samples:  # a scrape inside a vGPU guest has nothing for the node itself
-            st.pending_scrapes.append([observed_at_ms, rows, at, None])
+                samples.append(s)
+        if samples or not parsed.samples:  # a scrape inside a vGPU guest has nothing for the node itself
+            st.pending_scrapes.append([observed_at_ms, samples, at, None])
         st.dcgm_wm_ms, st.dcgm_open = max(st.dcgm_wm_ms, observed_at_ms), True
         self.counters.scrapes += 1
-        self.counters.samples += len(rows)
+        self.counters.samples += len(samples)
         node_end, median = self._node_end_ms(node), st.scrape_cadence.median_ms()
         if node_end is not None and median is not None and observed_at_ms < node_end <= observed_at_ms + median:
             # the node's last scrape before it leaves the inventory: one cadence, never past its end
@@ -366,7 +365,8 @@ class Attributor(SampleAttribution):
             "inventory": self.inventory_doc if own else None,
             "k8s_wm": self.k8s_watermark_ms, "pr_wm": self.pr_watermark_ms, "vgpu_wm": self.vgpu_watermark_ms,
             "dcgm_wm": self.dcgm_watermark_ms, "counters": vars(self.counters),
-            "vgpu_index": self.vgpu_index, "guest_pending": self.guest_pending, "guest_wm": self.guest_wm,
+            "vgpu_index": self.vgpu_index, "guest_wm": self.guest_wm,
+            "guest_pending": [[t, row_of(s), *rest] for t, s, *rest in self.guest_pending],
             "health": self.health.state,
             "demand_done": sorted(self.demand_done), "model_series": self.model_series,
             "nodes": {n: node_state(s) for n, s in self.nodes.items()},
@@ -386,7 +386,7 @@ class Attributor(SampleAttribution):
         att.dcgm_watermark_ms = state.get("dcgm_wm", NEG_INF)
         att.counters = Counters(**state["counters"])
         att.vgpu_index = dict(state.get("vgpu_index", {}))
-        att.guest_pending = [[*g, None][:5] for g in state.get("guest_pending", [])]
+        att.guest_pending = [[t, sample_of(row), *[*rest, None][:3]] for t, row, *rest in state.get("guest_pending", [])]
         for g in att.guest_pending:
             if g[4] is None:
                 att.guest_open.setdefault(g[3], []).append(g)

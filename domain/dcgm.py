@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuledger.domain.facts import built
 
-__all__ = ["HEALTH_FIELDS", "DcgmParse", "DeviceSample", "HealthDevice", "parse_exposition", "sample_of"]
+__all__ = ["HEALTH_FIELDS", "DcgmParse", "DeviceSample", "HealthDevice", "parse_exposition", "row_of", "sample_of"]
 
 _SENTINEL_MIN = 9.0e15  # int64 blanks: 0x7ffffffffffffff0 + 0..15 (blank, not found, not supported, ...)
 _FP64_BLANK = 2.0 ** 47  # fp64 blanks: 140737488355328.0 + 0..15 (SM active, power)
@@ -96,12 +96,18 @@ _SAMPLE_FIELDS = tuple(DeviceSample.__dataclass_fields__)
 
 
 def sample_of(row) -> DeviceSample:
-    """The sample of a row of its fields in order (how attribution state holds queued samples),
-    built without the frozen ``__init__`` on the per-sample path (a shorter row, from state
-    written before the later fields existed, takes their defaults)."""
+    """The sample of a row of its fields in order (how attribution checkpoints hold queued
+    samples; a shorter row, from state written before the later fields existed, takes their
+    defaults)."""
     if len(row) != len(_SAMPLE_FIELDS):
         return DeviceSample(*row)
     return built(DeviceSample, dict(zip(_SAMPLE_FIELDS, row)))
+
+
+def row_of(sample: DeviceSample) -> list:
+    """A sample as a row of its fields in order (``sample_of``'s inverse)."""
+    fields = vars(sample)
+    return [fields[name] for name in _SAMPLE_FIELDS]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the allowed lateness, history behind the late-data horizon. All times epoch ms, 
 from __future__ import annotations
 
 from gpuledger.domain.capacity import Piece
-from gpuledger.domain.dcgm import DeviceSample, sample_of
+from gpuledger.domain.dcgm import DeviceSample
 from gpuledger.domain.facts import SourcePos
 from gpuledger.domain.segments import NEG_INF, NodeState
 from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_fact
@@ -22,27 +22,28 @@ class SampleAttribution:
         keep = []
         src = self.guest_source
         for scrape in self.guest_pending:
-            t, row, pos, node, end = scrape
-            host = src.vgpu_index.get(row[0])
+            t, s, pos, node, end = scrape
+            vgpu = s.gpu_uuid
+            host = src.vgpu_index.get(vgpu)
             st = src.vgpu_hosts.get(host) if host else None
             if end is not None and st is not None and st.first_snapshot_ms is not None \
                     and st.first_snapshot_ms <= t and self._known(st, t, end):
-                pieces = {row[0]: st.pieces.get(row[0], [])}
-                covered = overlapping(pieces[row[0]], t, end)
+                pieces = {vgpu: st.pieces.get(vgpu, [])}
+                covered = overlapping(pieces[vgpu], t, end)
                 why = "" if covered else ("no vGPU evidence (snapshot gap)" if any(a <= t < b for a, b in st.gaps)
-                                          else f"vGPU {row[0]} not in the snapshot covering this sample")
-                self._emit_targets(node, t, end, sample_of(row), SourcePos(*pos),
-                                   [(row[0], lookup(pieces[row[0]], t), why)], "", pieces)
+                                          else f"vGPU {vgpu} not in the snapshot covering this sample")
+                self._emit_targets(node, t, end, s, SourcePos(*pos), [(vgpu, lookup(pieces[vgpu], t), why)], "",
+                                   pieces)
             elif end is not None and t + self.node_grace_ms <= src.vgpu_watermark_ms and (
                     st is None or st.last_ms is None or t >= st.last_ms):
-                why = f"no vGPU snapshot names {row[0]} within {self.node_grace_ms // 1000}s grace"
-                self._emit_targets(node, t, end, sample_of(row), SourcePos(*pos), [(row[0], None, why)], "", {})
+                why = f"no vGPU snapshot names {vgpu} within {self.node_grace_ms // 1000}s grace"
+                self._emit_targets(node, t, end, s, SourcePos(*pos), [(vgpu, None, why)], "", {})
             else:
                 keep.append(scrape)
         self.guest_pending = keep
         if self.shared is not None:
             return  # the shared hosts' pieces serve every partition's guests: pruned by their owner
-        waiting = {p[1][0] for p in keep}
+        waiting = {p[1].gpu_uuid for p in keep}
         for st in self.vgpu_hosts.values():
             for device, pieces in st.pieces.items():
                 if device in waiting:
@@ -77,8 +78,8 @@ class SampleAttribution:
                 keep.append(scrape)
                 continue
             pos = SourcePos(*scrape[2])
-            for row in scrape[1]:
-                self._emit_sample(node, st, t, end, sample_of(row), pos, reason)
+            for s in scrape[1]:
+                self._emit_sample(node, st, t, end, s, pos, reason)
         st.pending_scrapes = keep
         self._prune(st)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from gpuledger.domain.cadence import Cadence, sample_end_ms
 from gpuledger.domain.capacity import Piece
+from gpuledger.domain.dcgm import row_of, sample_of
 
 __all__ = ["NEG_INF", "NodeState", "node_from", "node_state"]
 
@@ -125,7 +126,8 @@ def node_state(s: NodeState) -> dict:
         "final_until_ms": s.final_until_ms, "first_snapshot_ms": s.first_snapshot_ms, "gaps": s.gaps,
         "evidence_gaps": s.evidence_gaps,
         "pieces": s.pieces,  # dataclasses: serialized as objects by the store's JSON encoder
-        "pending_scrapes": s.pending_scrapes, "dcgm_wm_ms": s.dcgm_wm_ms, "dcgm_open": s.dcgm_open,
+        "pending_scrapes": [[t, [row_of(x) for x in samples], *rest] for t, samples, *rest in s.pending_scrapes],
+        "dcgm_wm_ms": s.dcgm_wm_ms, "dcgm_open": s.dcgm_open,
         "dcgm_closed_until_ms": s.dcgm_closed_until_ms,
         "snapshot_cadence": s.snapshot_cadence.intervals_ms, "scrape_cadence": s.scrape_cadence.intervals_ms,
     }
@@ -143,7 +145,9 @@ def node_from(s: dict) -> NodeState:
         final_until_ms=s["final_until_ms"], first_snapshot_ms=s["first_snapshot_ms"], gaps=s["gaps"],
         evidence_gaps=[[a, b, _holders(h), p] for a, b, h, p in s.get("evidence_gaps", [])],
         pieces={d: [Piece(**p) for p in ps] for d, ps in s["pieces"].items()},  # from the stored JSON
-        pending_scrapes=[[*sc, None][:4] for sc in s["pending_scrapes"]], dcgm_wm_ms=s["dcgm_wm_ms"],
+        pending_scrapes=[[t, [sample_of(r) for r in rows], *[*rest, None][:2]]
+                         for t, rows, *rest in s["pending_scrapes"]],
+        dcgm_wm_ms=s["dcgm_wm_ms"],
         dcgm_open=s.get("dcgm_open", s["dcgm_wm_ms"] != NEG_INF),
         dcgm_closed_until_ms=s.get("dcgm_closed_until_ms", NEG_INF),
         snapshot_cadence=Cadence(list(s.get("snapshot_cadence", []))),

@@ -8,12 +8,15 @@ import random
 from dataclasses import replace
 
 import orjson
+import pytest
 
+from gpuledger.demo.cluster import write_capture
 from gpuledger.demo.varied import varied_plan, write_varied
 from gpuledger.domain.facts import FactBatch
 from gpuledger.sinks.base import MemoryStore
 from gpuledger.streams.engine import Engine
 from pipeline import GRACE_MS, LATENESS_MS, STALE_CEILING_MS, ingest, partitioned
+from plans import service_plan
 from test_interleaving import _interleave
 
 PARTS = 4
@@ -80,14 +83,28 @@ def test_units_split_over_workers_give_the_facts_of_one(tmp_path):
         assert len(ids) == len(set(ids)), "a fact came from two workers"
 
 
-def test_a_unit_moved_through_its_snapshot_carries_on_to_the_same_facts(tmp_path):
-    topics, records = _records(tmp_path)
+def _service_records(tmp_path):
+    """The vGPU plan: guests' samples wait in the units for their hosts' snapshots."""
+    topics, pub, _ = ingest(write_capture(service_plan(), tmp_path / "svc"))
+    topics = type(topics)("t", PARTS)
+    processed = {t.name for t in topics.processed()}
+    return topics, [r for r in partitioned(topics, pub.records) if r[0] in processed]
+
+
+@pytest.mark.parametrize("records_of", [_records, _service_records], ids=["varied", "vgpu-guests"])
+def test_a_unit_moved_through_its_snapshot_carries_on_to_the_same_facts(tmp_path, records_of):
+    topics, records = records_of(tmp_path)
     whole = MemoryStore()
     _feed(_engine(topics, records, None), records, whole)
+    assert whole.capacity and whole.utilization
     cut = len(records) // 2
     first = _engine(topics, records, None)
     moved = MemoryStore()
     _feed(first, records[:cut], moved, closing=False)  # it carries on elsewhere
+    atts = [a for u in first.units.values() for a in u.attributors.values()]
+    assert any(sc[1] for a in atts for st in a.nodes.values() for sc in st.pending_scrapes), "samples wait"
+    if records_of is _service_records:
+        assert any(a.guest_pending for a in atts), "guest samples wait"
     units = {n: orjson.loads(orjson.dumps(first.unit_state(n))) for n in first.units}  # through the changelog's JSON
     bcast = orjson.loads(orjson.dumps(first.broadcast_state()))
     second = _engine(topics, records, None)
