@@ -357,11 +357,11 @@ def _walk(lines: list[str], cache: dict, from_old, per_gpu: dict, models: dict, 
 try:  # built at install (pyproject.toml); a source tree without the build walks in Python
     from gpuledger.domain import _dcgm_walk
 except ImportError:  # pragma: no cover — tests/unit/domain/test_dcgm_walk.py requires it
-    _c_walk = None
+    _c_walk = _c_samples = None
 else:
     _dcgm_walk.setup(_miss, _value, _lenient, _unterminated, _REPEATED, _BLANK, _SENTINEL_MIN,
                      _FP64_BLANK, _FP64_BLANK + 16, _INT64_LIMIT)
-    _c_walk = _dcgm_walk.walk
+    _c_walk, _c_samples = _dcgm_walk.walk, _dcgm_walk.samples
 
 
 def parse_exposition(text: str) -> DcgmParse:
@@ -375,8 +375,23 @@ def parse_exposition(text: str) -> DcgmParse:
     _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape
     parsed = (_walk if _c_walk is None else _c_walk)(lines, _SERIES.young, _SERIES.from_old, per_gpu, models,
                                                       pod_values, health_out, skipped)
+    keys = sorted(per_gpu, key=_device_order)
+    samples = None if _c_samples is None else _c_samples(keys, per_gpu, models, pod_values, _per_pod, DeviceSample)
+    if samples is None:
+        samples = _samples(keys, per_gpu, models, pod_values)
+    return DcgmParse(samples, parsed, skipped, health_out)
+
+
+def _device_order(key: tuple[str, int | None]) -> tuple[str, int]:
+    return key[0], -1 if key[1] is None else key[1]
+
+
+def _samples(keys: list, per_gpu: dict, models: dict, pod_values: dict) -> list[DeviceSample]:
+    """A sample per device key, in the order of ``keys``, from what the walk gathered (fields
+    in the exporter's units -> the sample's). domain/_dcgm_walk.c ``samples`` does the same in
+    C (the tests hold the two to the same samples); this one is its reference."""
     samples = []
-    for key in sorted(per_gpu, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
+    for key in keys:
         f = per_gpu[key]
         ratio = f.get("sm_active", f.get("gr_active"))
         if ratio is None and "gpu_util_pct" in f:
@@ -388,4 +403,4 @@ def parse_exposition(text: str) -> DcgmParse:
             "power_w": f.get("power_w"),
             "energy_j": None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
             "model": models[key], "per_pod": _per_pod(pod_values[key]) if key in pod_values else ()}))
-    return DcgmParse(samples, parsed, skipped, health_out)
+    return samples

@@ -19,14 +19,15 @@ def _fresh_caches() -> None:
 
 
 def _outcome(text: str, walk) -> tuple:
-    saved = dcgm._c_walk
-    dcgm._c_walk = walk
+    """Parse with the C walk and samples (``walk`` the C walk) or with the Python ones (None)."""
+    saved = dcgm._c_walk, dcgm._c_samples
+    dcgm._c_walk, dcgm._c_samples = walk, (None if walk is None else _dcgm_walk.samples)
     try:
         parsed = dcgm.parse_exposition(text)
     except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
         return ("raises", type(exc).__name__, str(exc))
     finally:
-        dcgm._c_walk = saved
+        dcgm._c_walk, dcgm._c_samples = saved
     return ("parses", parsed.samples, parsed.series_parsed, parsed.skipped, parsed.health)
 
 
@@ -43,7 +44,7 @@ def _both(text: str) -> tuple:
 
 
 def test_the_build_is_in_use():
-    assert dcgm._c_walk is _dcgm_walk.walk
+    assert dcgm._c_walk is _dcgm_walk.walk and dcgm._c_samples is _dcgm_walk.samples
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.txt")))
@@ -111,3 +112,54 @@ def test_a_line_without_labels_or_value():
                  "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\"} 5 6 7\n", "x{}} 1\n", "}{ 1\n"):
         c, py = _both(text)
         assert c == py, text
+
+
+def _samples_both(per_gpu: dict, models: dict, pod_values: dict) -> tuple:
+    keys = sorted(per_gpu, key=dcgm._device_order)
+    out = []
+    for build in (lambda: _dcgm_walk.samples(keys, per_gpu, models, pod_values, dcgm._per_pod, dcgm.DeviceSample),
+                  lambda: dcgm._samples(keys, per_gpu, models, pod_values)):
+        try:
+            got = build()
+            out.append(("built", got if got is None else [(repr(vars(x)), type(x)) for x in got]))  # nan, -0.0
+        except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
+            out.append(("raises", type(exc).__name__, str(exc)))
+    return tuple(out)
+
+
+_FIELD_VALUES = [0.0, -0.0, 0.5, 1.0, 1.5, -0.25, 100.0, 250.0, 1e-300, float("nan"), float("inf"), -float("inf"),
+                 1073741823.9, 0.1]
+
+
+def test_samples_from_every_field_value_and_mix():
+    """The samples built in C equal the reference's, field by field and in the dataclass's
+    order, for each mix of fields and each value the walk can hand over (and a value it never
+    hands over, an int: C declines, the reference builds)."""
+    rng = random.Random(5)
+    names = list(dcgm._FIELDS.values())
+    for _ in range(3000):
+        per_gpu, models, pod_values = {}, {}, {}
+        for g in range(rng.randrange(1, 5)):
+            key = (f"GPU-{rng.randrange(3)}", rng.choice([None, 0, 1, 7]))
+            per_gpu[key] = {n: rng.choice(_FIELD_VALUES) for n in rng.sample(names, rng.randrange(0, len(names) + 1))}
+            models[key] = rng.choice(["NVIDIA H100 80GB HBM3", "GRID A100-40C", ""])
+            if rng.random() < 0.4:
+                field = rng.choice(["sm_active", "gr_active", "gpu_util_pct"])
+                pods = {("ns", f"p{i}"): rng.choice([0.2, 0.2, 0.7, 1.3]) for i in range(rng.randrange(1, 4))}
+                pod_values[key] = {field: pods}
+        if rng.random() < 0.05:
+            key = next(iter(per_gpu))
+            per_gpu[key]["power_w"] = rng.choice([5, True, "5"])
+        c, py = _samples_both(per_gpu, models, pod_values)
+        if c == ("built", None):  # declined: a value that is not a float
+            assert any(type(v) is not float for f in per_gpu.values() for v in f.values())
+            continue
+        assert c == py, (per_gpu, pod_values)
+
+
+def test_samples_refuse_as_the_reference_does():
+    for fields in ({"fb_used_mib": float("inf")}, {"fb_used_mib": float("nan")}):
+        c, py = _samples_both({("GPU-a", None): fields}, {("GPU-a", None): ""}, {})
+        assert c == py and c[0] == "raises"
+    c, py = _samples_both({("GPU-a", None): {}}, {}, {})
+    assert c[0] == py[0] == "raises" and c[1] == py[1] == "KeyError"
