@@ -35,7 +35,7 @@ from gpuledger.domain.model_metrics import model_facts
 from gpuledger.domain.podresources import snapshot_holders
 from gpuledger.domain.requests import RequestFact, request_fact
 from gpuledger.domain.samples import SampleAttribution
-from gpuledger.domain.segments import NEG_INF, NodeState, node_from, node_state
+from gpuledger.domain.segments import NEG_INF, NodeState, node_from, node_state, state_of
 from gpuledger.domain.vgpu import vgpu_holders, vgpu_segment_facts
 
 __all__ = ["NEG_INF", "Attributor", "Counters"]
@@ -123,12 +123,12 @@ class Attributor(SampleAttribution):
     def apply_holders(self, node: str, holders: dict, observed_at_ms: int, pos: SourcePos) -> None:
         """A PodResources snapshot as ``snapshot_holders`` reads it (a reader may hand the same
         dict for the same response again: it is never changed once made)."""
-        self._snapshot(node, self.nodes.setdefault(node, NodeState()), holders, observed_at_ms, pos,
+        self._snapshot(node, state_of(self.nodes, node), holders, observed_at_ms, pos,
                        lambda: self._node_facts(node))
 
     def apply_vgpu(self, host: str, vgpus: list[dict], observed_at_ms: int, pos: SourcePos) -> None:
         holders = vgpu_holders(vgpus)
-        if self._snapshot(host, self.vgpu_hosts.setdefault(host, NodeState()), holders, observed_at_ms, pos,
+        if self._snapshot(host, state_of(self.vgpu_hosts, host), holders, observed_at_ms, pos,
                           lambda: self._vgpu_facts(host)):
             self.vgpu_index.update(dict.fromkeys(holders, host))
 
@@ -156,7 +156,7 @@ class Attributor(SampleAttribution):
         (at-least-once upstream) and is dropped, counted. The scrape ends what the previous
         one stands for."""
         parsed = parse_exposition(exposition)  # first: a malformed scrape is refused even when repeated
-        st = self.nodes.setdefault(node, NodeState())
+        st = state_of(self.nodes, node)
         if observed_at_ms <= st.dcgm_wm_ms:
             self.counters.repeated_scrapes += 1
             return {}

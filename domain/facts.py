@@ -32,7 +32,7 @@ def python_fact_id(*parts: object) -> str:
 
 
 try:
-    from gpuledger.domain._fact_id import fact_id
+    from gpuledger.domain._facts import fact_id
 except ImportError:  # a source tree without the build: the same ids, slower
     fact_id = python_fact_id
 

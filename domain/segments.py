@@ -22,7 +22,7 @@ from gpuledger.domain.cadence import Cadence, sample_end_ms
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import row_of, sample_of
 
-__all__ = ["NEG_INF", "NodeState", "node_from", "node_state"]
+__all__ = ["NEG_INF", "NodeState", "node_from", "node_state", "state_of"]
 
 NEG_INF = -(2**62)
 
@@ -117,6 +117,14 @@ class NodeState:
             if scrape[0] == t_ms:
                 scrape[3] = end_ms
                 return
+
+
+def state_of(states: dict[str, NodeState], name: str) -> NodeState:
+    """A node's (or host's) state, made the first time it is named (not once per record)."""
+    st = states.get(name)
+    if st is None:
+        st = states[name] = NodeState()
+    return st
 
 
 def node_state(s: NodeState) -> dict:

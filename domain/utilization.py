@@ -18,7 +18,7 @@ from gpuledger.domain.dcgm import DeviceSample
 from gpuledger.domain.facts import SourcePos, UtilizationFact, built, fact_id
 from gpuledger.domain.inventory import Inventory
 
-__all__ = ["lookup", "overlapping", "sample_targets", "utilization_fact"]
+__all__ = ["lookup", "overlapping", "python_utilization_fact", "sample_targets", "utilization_fact"]
 
 
 _start = attrgetter("start_ms")  # a piece's start, the key the pieces are sorted by
@@ -63,11 +63,12 @@ def sample_targets(inv: Inventory, pieces: dict[str, list[Piece]], node: str, t_
     return [(s.gpu_uuid, None, "vGPU host GPU: attributed through vGPU assignments")]
 
 
-def utilization_fact(cluster_id: str, node: str, t: int, s: DeviceSample, pos: SourcePos, device: str, a: int,
-                     b: int, piece: Piece | None, why: str, per_pod: dict, held: dict,
-                     n_targets: int) -> UtilizationFact:
+def python_utilization_fact(cluster_id: str, node: str, t: int, s: DeviceSample, pos: SourcePos, device: str,
+                            a: int, b: int, piece: Piece | None, why: str, per_pod: dict, held: dict,
+                            n_targets: int) -> UtilizationFact:
     """The part ``[a, b)`` of the sample at ``t`` of ``device``, over ``piece`` (or none, with
-    the reason ``why``). The part starting at the sample keeps the sample's id."""
+    the reason ``why``). The part starting at the sample keeps the sample's id.
+    ``utilization_fact`` is this in C where the C module is built (domain/_facts.c)."""
     if piece is None and not why:
         why = f"no capacity fact covers {device}"
     ratio = s.sm_active_ratio
@@ -90,3 +91,12 @@ def utilization_fact(cluster_id: str, node: str, t: int, s: DeviceSample, pos: S
         "namespace": piece.namespace if piece else "", "pod_name": piece.pod_name if piece else "",
         "pod_uid": piece.pod_uid if piece else "", "confidence": confidence, "reason": why,
         "src_topic": pos.topic, "src_partition": pos.partition, "src_offset": pos.offset})
+
+
+try:  # built at install (pyproject.toml); a source tree without the build builds them in Python
+    from gpuledger.domain import _facts
+except ImportError:  # pragma: no cover — tests/unit/domain/test_facts_c.py requires it
+    utilization_fact = python_utilization_fact
+else:
+    _facts.setup(python_utilization_fact, UtilizationFact, Piece)
+    utilization_fact = _facts.utilization_fact
