@@ -9,6 +9,13 @@ worker's memory followed how much of each topic lay ahead to fetch (a 24-h backl
 a 6-h one) instead of the fleet and the read-ahead. A worker takes a few thousand records a
 second; fetches of 256 KB per partition and 1 MB per request (the least librdkafka accepts:
 a record of up to 1 MB must fit) deliver far more than that and hold tens of MB decoded.
+
+The queue limit is reached all the time (a worker is slower than its fetches): librdkafka then
+postpones the partition's next fetch by ``fetch.queue.backoff.ms``, 1 s by default, and looks
+again only after it. A worker drains its queue in a fraction of that and waited out the rest
+with nothing to read (a 1-worker run of 256 GPUs x 4 h of 10-s scrapes: 40.4 s with the
+default, 14.9 s with 10 ms, the same peak memory; BENCHMARKS.md). A postponed fetch costs no
+request while the queue is still full.
 """
 
 __all__ = ["SOURCE_FETCH"]
@@ -18,4 +25,5 @@ SOURCE_FETCH = {
     "fetch.max.bytes": 1_048_576,  # compressed, per request; librdkafka wants >= message.max.bytes (1 MB)
     "queued.max.messages.kbytes": 8_192,  # fetched and not yet consumed: no new fetch above it
     "fetch.wait.max.ms": 100,
+    "fetch.queue.backoff.ms": 10,  # a fetch postponed for a full queue: looked at again this soon
 }
