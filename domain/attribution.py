@@ -386,7 +386,8 @@ class Attributor(SampleAttribution):
         att.dcgm_watermark_ms = state.get("dcgm_wm", NEG_INF)
         att.counters = Counters(**state["counters"])
         att.vgpu_index = dict(state.get("vgpu_index", {}))
-        att.guest_pending = [[t, sample_of(row), *[*rest, None][:3]] for t, row, *rest in state.get("guest_pending", [])]
+        att.guest_pending = [[t, sample_of(row), *[*rest, None][:3]]
+                             for t, row, *rest in state.get("guest_pending", [])]
         for g in att.guest_pending:
             if g[4] is None:
                 att.guest_open.setdefault(g[3], []).append(g)
