@@ -14,7 +14,7 @@ The queue limit is reached all the time (a worker is slower than its fetches): l
 postpones the partition's next fetch by ``fetch.queue.backoff.ms``, 1 s by default, and looks
 again only after it. A worker drains its queue in a fraction of that and waited out the rest
 with nothing to read (a 1-worker run of 256 GPUs x 4 h of 10-s scrapes: 40.4 s with the
-default, 14.9 s with 10 ms, the same peak memory; BENCHMARKS.md). A postponed fetch costs no
+default, 14.9 s with 10 ms; worker peaks 118 and 126 MiB; BENCHMARKS.md). A postponed fetch costs no
 request while the queue is still full.
 """
 
