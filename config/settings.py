@@ -127,8 +127,9 @@ class Settings(BaseSettings):
         "`central` directly.")
     close_require_distinct_approver: bool = Field(
         True, description="`close --approve` refuses an approver with the preparer's name (four eyes).")
-    failpoint_store_outage: tuple[float, float] | None = Field(
-        None, description="Fault suite only: refuse store writes from AFTER_S after start for FOR_S seconds.")
+    failpoint_store_outage: tuple[float, float] | tuple[float, float, int] | None = Field(
+        None, description="Fault suite only: refuse store writes for FOR_S seconds from the first write AFTER_S "
+        "after start and after AFTER_WRITES (default 0) fact writes went through: [AFTER_S, FOR_S(, AFTER_WRITES)].")
     failpoint_drop_table: Literal["capacity_facts", "utilization_facts", "request_facts", "demand_facts"] | None = Field(
         None, description="Fault suite only: `process` drops this fact table once its schema is in place (the "
         "query endpoint cannot: it is read-only).")

@@ -148,7 +148,8 @@ def run_process(settings: Settings, until_caught_up: bool, workers: int, progres
     if settings.failpoint_drop_table:  # fault injection for the fault suite: a table gone under the running sink
         store.command(f"DROP TABLE IF EXISTS {store.db}.{settings.failpoint_drop_table}")
     if settings.failpoint_store_outage:  # fault injection for the fault suite: writes refused for a while
-        store = OutageStore(store, *settings.failpoint_store_outage, time.monotonic)
+        after_s, for_s, *after_writes = settings.failpoint_store_outage
+        store = OutageStore(store, after_s, for_s, time.monotonic, *after_writes)
     lock = threading.Lock()
     token = query_token(settings.query_token.get_secret_value() if settings.query_token else None)
     reader = ClickHouseStore(settings.effective_dsn(), settings=read_limits(

@@ -18,6 +18,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from gpuledger.bus.offsets import read_extents
 from gpuledger.schemas import Codec
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.stack import KafkaBroker
@@ -91,6 +92,19 @@ class Stack:
             return out
         finally:
             store.close()
+
+    def committed_share(self, source: str = "dcgm") -> float:
+        """Share of a source topic's records the `process` group has committed: the workers'
+        own progress (the sink's lags it on a busy machine)."""
+        topic = f"{self.prefix}.source.{source}"
+        extents = read_extents(BOOTSTRAP, [topic])
+        c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"{self.prefix}-process", "log_level": 3})
+        try:
+            tps = [TopicPartition(topic, int(k.rsplit(":", 1)[1])) for k in extents]
+            done = sum(max(0, tp.offset) for tp in c.committed(tps, timeout=10))
+        finally:
+            c.close()
+        return done / max(1, sum(high - low for low, high in extents.values()))
 
     def raw_duplicate_rows(self) -> int:
         """Rows stored beyond one per fact id, counted before FINAL (and before background

@@ -8,10 +8,7 @@ import uuid
 
 import pytest
 
-from confluent_kafka import Consumer, TopicPartition
-
-from conftest import BOOTSTRAP, Stack, stop, wait_for
-from gpuledger.bus.offsets import read_extents
+from conftest import Stack, stop, wait_for
 from gpuledger.demo.cluster import write_capture
 from gpuledger.demo.varied import varied_plan, write_varied
 from gpuledger.sinks.clickhouse import ClickHouseStore
@@ -30,19 +27,6 @@ def _utilization_rows_via_worker(stack: Stack) -> int:
         return int(client.query("SELECT count() FROM gpuledger.utilization_facts")[1][0][0])
     except Exception:  # noqa: BLE001 — worker not serving yet
         return 0
-
-
-def _committed_share(stack: Stack) -> float:
-    """Share of the DCGM topic's records the worker group has committed."""
-    topic = f"{stack.prefix}.source.dcgm"
-    extents = read_extents(BOOTSTRAP, [topic])
-    c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"{stack.prefix}-process", "log_level": 3})
-    try:
-        tps = [TopicPartition(topic, int(k.rsplit(":", 1)[1])) for k in extents]
-        done = sum(max(0, tp.offset) for tp in c.committed(tps, timeout=10))
-    finally:
-        c.close()
-    return done / max(1, sum(high - low for low, high in extents.values()))
 
 
 def test_sigkill_mid_run_then_restart_equals_undisturbed_run(broker, tmp_path):
@@ -95,10 +79,10 @@ def test_two_workers_one_killed_and_restarted_equal_one_undisturbed_worker(broke
         a, b = two.start("worker", "--until-caught-up"), two.start("worker", "--until-caught-up")
         # killed once the group has committed some of the DCGM topic: the workers' own progress,
         # not the sink's (which lags the workers on a busy machine)
-        wait_for(lambda: _committed_share(two) >= 0.15, 240, "15 % of the DCGM topic committed by the workers")
+        wait_for(lambda: two.committed_share() >= 0.15, 240, "15 % of the DCGM topic committed by the workers")
         stop(a, signal.SIGKILL)
         assert a.returncode == -signal.SIGKILL and b.poll() is None, "the other worker keeps going"
-        assert _committed_share(two) < 1.0, "killed mid-stream"
+        assert two.committed_share() < 1.0, "killed mid-stream"
         again = two.start("worker", "--until-caught-up")
         for worker in (b, again):
             _, err = worker.communicate(timeout=300)

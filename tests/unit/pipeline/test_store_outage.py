@@ -42,6 +42,33 @@ def test_facts_drained_by_a_failed_write_are_written_by_the_next(tmp_path):
     assert info.value.transient
 
 
+def test_an_outage_armed_by_writes_begins_after_them_whenever_they_come():
+    """[0, 10, 2]: the first two fact writes go through, the third (whenever it comes) opens a
+    10-s outage; a run that writes everything in its first seconds still meets it mid-run."""
+    clock = [0.0]
+    memory = MemoryStore()
+    store = OutageStore(memory, 0.0, 10.0, lambda: clock[0], after_writes=2)
+    batch = FactBatch()
+    store.write_facts(batch)
+    clock[0] = 50.0  # long after start: time alone does not open it
+    store.write_facts(batch)
+    assert store.refused == 0
+    for at in (50.0, 55.0, 59.9):
+        clock[0] = at
+        with pytest.raises(StoreError, match="injected outage of 10s"):
+            store.write_facts(batch)
+    clock[0] = 60.0
+    store.write_facts(batch)
+    assert store.refused == 3
+
+
+def test_the_outage_setting_takes_two_or_three_numbers(monkeypatch):
+    from gpuledger.config.settings import Settings
+    for text, want in (("[5, 60]", (5.0, 60.0)), ("[0, 60, 1]", (0.0, 60.0, 1))):
+        monkeypatch.setenv("GPULEDGER_FAILPOINT_STORE_OUTAGE", text)
+        assert Settings().failpoint_store_outage == want
+
+
 class RefusingStore(MemoryStore):
     """Refuses for good any batch holding a utilization fact of ``bad_gpu``; or, with
     ``table_gone``, every write to utilization_facts (and its probe)."""
