@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("process", help="run the stream processors and sinks")
     pr.add_argument("--until-caught-up", action="store_true", help="exit 0 once all input up to now is in ClickHouse")
     pr.add_argument("--workers", type=int, help="attribution workers to run (default GPULEDGER_WORKERS, 1; 0: the sink alone, "
-                    "with workers run apart as `gpuledger worker`)")
+                    "with workers run apart as `gpuledger worker`; with --until-caught-up it exits once the "
+                    "fact topics, as they stand, are in ClickHouse)")
     pr.set_defaults(func=cmd_process)
     wk = sub.add_parser("worker", help="one attribution worker of the consumer group (facts to the fact topics)")
     wk.add_argument("--until-caught-up", action="store_true", help="exit 0 once every source partition is read")

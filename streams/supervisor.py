@@ -9,6 +9,8 @@ With a ClickHouse server the same parts run apart: ``gpuledger worker`` (scale i
 
 ``--until-caught-up``: the workers exit once every source partition is read to where it
 ended when they started; the sink then writes the fact topics to their ends and exits 0.
+With ``--workers 0`` (the workers run apart, or have already run) it writes the fact topics
+to their ends as they stand when it starts, then exits 0.
 A worker that fails stops the whole process (exit 1): nothing unwritten was committed, so
 starting again resumes where the changelogs stand.
 """
@@ -173,8 +175,9 @@ def run_process(settings: Settings, until_caught_up: bool, workers: int, progres
 
         def should_stop() -> bool:  # asked to stop: once the workers are gone, the sink stops too
             return stopping.is_set() and all(p.poll() is not None for p in procs)
+        # no workers and --until-caught-up: the sink alone drains the fact topics to their end now, then exits
         code = run_sink(settings, topics, store, f"{settings.topic_prefix}-sink", progress, wall_ms, should_stop,
-                        lock, procs or None, until_caught_up and bool(procs))
+                        lock, procs if procs or until_caught_up else None, until_caught_up)
         if stopping.is_set():
             codes = [p.wait() for p in procs]
             code = code or next((c for c in codes if c), 0)
