@@ -11,6 +11,8 @@
    fresh ``GPULEDGER_HOME``; wall time, CPU time and peak RSS of every process of its session
    (``/proc`` polled every 0.5 s, VmHWM per pid), then showback checked against the truth and
    the facts compared with the first run's (``bench/fleet_facts.py``: counts and a digest).
+   ``--modes together,apart`` also runs each N with the workers apart from the sink: the
+   workers to the end of the sources alone, then the sink alone (``bench/fleet_runs.py``).
 4. ``--replay K,..``: the period replayed with K processes each, the ledger hash the same for
    every K; ``--live-minutes M``: a live run for freshness p50/p99 (``bench/fleet_runs.py``).
 
@@ -191,6 +193,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--start", default="2026-10-01T00:00:00Z", help="start of the period (RFC 3339)")
     p.add_argument("--workers", default="1,2", help="comma-separated worker counts to run")
+    p.add_argument("--modes", default="together", help="together (`process --workers N`: the sink beside the "
+                   "workers), apart (the workers to the end of the sources, then the sink alone), or both")
     p.add_argument("--partitions", type=int, help="partitions per source topic (default: the settings')")
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: GPULEDGER_KAFKA_BOOTSTRAP)")
     p.add_argument("--out", help="folder for truth.json, results.json and the runs' homes")
@@ -205,6 +209,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not 0 <= args.jitter < 0.5:
         p.error("--jitter must be in [0, 0.5)")
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not args.modes or set(args.modes) - {"together", "apart"}:
+        p.error("--modes takes together, apart or both (comma-separated)")
     return args
 
 
@@ -269,21 +276,22 @@ def main(argv: list[str] | None = None) -> int:
                    "GPULEDGER_KAFKA_LIBS": str(s.kafka_libs.resolve())}
             sources = {t.name for t in (topics.k8s, topics.podresources, topics.dcgm, topics.vgpu, topics.requests,
                                         topics.reference)}
-            for n in (int(x) for x in args.workers.split(",") if x.strip()):
-                if not with_flag and n != 1:
-                    log(f"workers={n}: skipped: this `gpuledger process` has no --workers flag yet "
-                        "(N=1 runs without it)")
+            from gpuledger.bench.fleet_runs import apart_run, live_run, replay_runs
+            for n, mode in ((int(x), m) for x in args.workers.split(",") if x.strip() for m in args.modes):
+                if not with_flag and (n != 1 or mode == "apart"):
+                    log(f"workers={n} {mode}: skipped: this `gpuledger process` has no --workers flag yet "
+                        "(N=1 together runs without it)")
                     continue
                 clear_prefix(admin, prefix, sources)
-                home = out / f"run-w{n}-{int(time.time())}"
-                run = worker_run(n, gpuledger, env, home, args.worker_timeout_s, with_flag)
+                home = out / f"run-w{n}-{mode}-{int(time.time())}"
+                run = (apart_run(n, gpuledger, env, home, args.worker_timeout_s) if mode == "apart" else
+                       worker_run(n, gpuledger, env, home, args.worker_timeout_s, with_flag))
                 if run["exit"] == 0:
                     run["check"] = check_showback(gpuledger, env, Path(run["home"]), truth)
                     log(f"workers={n}: check against the truth: {run['check']}")
                     run["facts"] = fact_digest(Path(run["home"]))
                     log(f"workers={n}: facts {run['facts']}")
                 runs.append(run)
-            from gpuledger.bench.fleet_runs import live_run, replay_runs
             ks = [int(x) for x in args.replay.split(",") if x.strip()]
             if ks and runs and runs[-1]["exit"] == 0:
                 results["replay"] = replay_runs(ks, gpuledger, env, Path(runs[-1]["home"]), truth["from"][:7],
@@ -317,8 +325,11 @@ def main(argv: list[str] | None = None) -> int:
                    f"active Δ {100 * check['active_max_rel_diff']:.2f} % "
                    f"(≤ {100 * check['active_allowed_rel_diff']:.2f}), "
                    f"{len(check['tenants_seen'])}/{len(truth['tenants'])} tenants; {check.get('facts', '')}")
-        print(f"| {gpus} | {hours:g} | {samples} | {r['workers']} | {r['wall_s']} | {rate:.0f} | {ratio} "
-              f"| {r['peak_rss_gib']} GiB ({r['processes']} proc.) | {r['cpu_pct']} % | {verdict} |")
+        if r.get("apart"):
+            verdict += (f"; then the sink alone {r['sink_wall_s']} s, {r['sink_cpu_s']} CPU s, "
+                        f"{r['sink_peak_rss_gib']} GiB" if "sink_wall_s" in r else "")
+        print(f"| {gpus} | {hours:g} | {samples} | {r['workers']}{' apart' if r.get('apart') else ''} | {r['wall_s']} "
+              f"| {rate:.0f} | {ratio} | {r['peak_rss_gib']} GiB ({r['processes']} proc.) | {r['cpu_pct']} % | {verdict} |")
     for r in results.get("replay", []):
         print(f"| {gpus} | {hours:g} | {samples} | replay K={r['replay_processes']} | {r['wall_s']} "
               f"| {samples / r['wall_s']:.0f} | - | {r['peak_rss_gib']} GiB ({r['processes']} proc.) | {r['cpu_pct']} % | exit {r['exit']}, "

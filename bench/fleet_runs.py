@@ -1,4 +1,11 @@
-"""The fleet bench's replay and live runs (``--replay K,..`` and ``--live-minutes M``).
+"""The fleet bench's workers-apart, replay and live runs (``--modes ..,apart``, ``--replay K,..``
+and ``--live-minutes M``).
+
+- **Workers apart** from the sink: ``N`` ``gpuledger worker --until-caught-up`` read the
+  sources to their end with no sink running (the facts wait in the fact topics), then
+  ``gpuledger process --workers 0 --until-caught-up`` (the sink alone) writes them. On a
+  machine of few cores a sink beside the workers takes the cores a second worker would use;
+  apart, the workers' wall is what adding a worker changes, and the sink's is its own.
 
 - **Replay**: ``gpuledger replay --period P --into fleet_replay_kK --processes K`` for each K,
   in the home of the bench's last worker run (its store holds the main facts; the shadow
@@ -29,10 +36,32 @@ from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.topics import Topics, ensure_topics
 
-__all__ = ["live_run", "replay_runs"]
+__all__ = ["apart_run", "live_run", "replay_runs"]
+
+# N workers of one group in one session (the harness's monitor counts each), exit 1 if any fails
+WORKERS = ('pids=""; i=0; while [ "$i" -lt "$1" ]; do "$0" worker --until-caught-up & pids="$pids $!"; '
+           'i=$((i + 1)); done; rc=0; for p in $pids; do wait "$p" || rc=1; done; exit "$rc"')
 
 FRESHNESS = re.compile(r"sink: freshness of (\d+) utilization facts .*?p50 ([\d.]+) s, p99 ([\d.]+) s, "
                        r"max (\S+ ?[\d.]*) s")
+
+
+def apart_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: float) -> dict:
+    """The workers to the end of the sources, then the sink alone: ``wall_s`` is the workers'
+    (``sink_wall_s`` the sink's after them); CPU and peak RSS per process of both."""
+    home.mkdir(parents=True)
+    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
+    workers = timed_process(f"workers={n} apart", ["sh", "-c", WORKERS, gpuledger[0], str(n)], run_env,
+                            home / "workers.log", timeout_s)
+    run = {**workers, "workers": n, "apart": True, "home": str(home)}
+    if workers["exit"] == 0:
+        sink = timed_process(f"workers={n} apart: the sink alone", [*gpuledger, "process", "--workers", "0",
+                                                                    "--until-caught-up"],
+                             run_env, home / "sink.log", timeout_s)
+        run.update(exit=sink["exit"], sink_wall_s=sink["wall_s"], sink_cpu_s=sink["cpu_s"],
+                   sink_broker_cpu_s=sink["broker_cpu_s"], sink_peak_rss_gib=sink["peak_rss_gib"])
+    log(f"workers={n} apart: {run}")
+    return run
 
 
 def replay_runs(ks: list[int], gpuledger: list[str], env: dict, home: Path, period: str,
