@@ -20,7 +20,7 @@ export GPULEDGER_FOCUS_VALIDATOR ?= $(CURDIR)/$(FOCUS_VENV)/bin/focus-validator
 PY312 ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3; do \
           $$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: setup demo test unit integration faults bench bench-fleet bench-hotpath bench-ledger stack-up stack-down kafka-jars kube-bins focus-validator tools test-clickhouse-server clean env
+.PHONY: setup demo test unit integration faults bench bench-fleet bench-hotpath bench-parse-floor bench-ledger stack-up stack-down kafka-jars kube-bins focus-validator tools test-clickhouse-server clean env
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
@@ -105,20 +105,27 @@ faults: setup
 bench: setup
 	$(BIN)/python -m gpuledger.bench
 
-# A generated fleet (nodes of 8 H100s, 10-s scrapes) through the raw loop, 1 and 2 workers, replay
+# A generated fleet (nodes of 8 H100s, 10-s scrapes) through the raw loop, 1 and 2 workers (with the
+# sink beside them, and apart: the workers to the end of the sources, then the sink alone), replay
 # with 1 and 2 processes, then FLEET_LIVE_MIN minutes live for freshness (0: none);
-# FLEET_GPUS=1024 FLEET_HOURS=24 is the acceptance size (2 cores: ~20 min with 1 worker, ~75 min in all).
+# FLEET_GPUS=1024 FLEET_HOURS=24 is the acceptance size (2 cores: ~5 min a worker run, ~50 min in all).
 FLEET_GPUS ?= 1024
 FLEET_HOURS ?= 1
 FLEET_LIVE_MIN ?= 5
+FLEET_MODES ?= together,apart
 bench-fleet: setup
 	$(BIN)/python -m gpuledger.bench.fleet --gpus $(FLEET_GPUS) --hours $(FLEET_HOURS) --cadence-s 10 --workers 1,2 \
-		--replay 1,2 --live-minutes $(FLEET_LIVE_MIN)
+		--modes $(FLEET_MODES) --replay 1,2 --live-minutes $(FLEET_LIVE_MIN)
 
 # The worker's own CPU per device sample (parse, attribute, build and encode facts), in one
 # process without a broker: what a change to the hot path moves.
 bench-hotpath: setup
 	$(BIN)/python -m gpuledger.bench.hotpath --gpus 64 --hours 1
+
+# What parsing a scrape costs in native code at the least (lines split, series hashed, values read;
+# bench/parse_floor.c built with cc), beside the engine's parse of the same scrapes.
+bench-parse-floor: setup
+	$(BIN)/python -m gpuledger.bench.parse_floor --gpus 64 --hours 0.5
 
 # What closing a month holds: a fleet's facts generated in the engine, the period's ledger
 # document built from them in a process of its own (time, peak resident size, hash).
