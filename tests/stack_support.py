@@ -126,6 +126,15 @@ def stack(broker, tmp_path) -> Stack:
     return Stack(tmp_path / "home", f"t{uuid.uuid4().hex[:10]}")
 
 
+def undisturbed_facts(root: Path, capture: Path) -> dict[str, list[tuple]]:
+    """The fact set of one undisturbed `process --until-caught-up` over ``capture``, in a
+    stack (home and topic prefix) of its own under ``root``: what a disturbed run must equal."""
+    stack = Stack(root, f"t{uuid.uuid4().hex[:10]}")
+    stack.run("ingest", str(capture))
+    stack.run("process", "--until-caught-up")
+    return stack.facts()
+
+
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, sig)

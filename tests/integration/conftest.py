@@ -3,7 +3,8 @@ Kubernetes API server (see tests/sources/real_apiserver.py)."""
 
 import pytest
 from sources.real_apiserver import KubeCluster
-from stack_support import BOOTSTRAP, GPULEDGER, LIBS, REPO, Stack, broker, stack, stop, wait_for  # noqa: F401
+from stack_support import (BOOTSTRAP, GPULEDGER, LIBS, REPO, Stack, broker, stack, stop,  # noqa: F401
+                           undisturbed_facts, wait_for)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conftest import Stack, stop, wait_for
+from conftest import Stack, stop, undisturbed_facts, wait_for
 from gpuledger.demo.cluster import write_capture
 from gpuledger.demo.varied import varied_plan, write_varied
 from gpuledger.sinks.clickhouse import ClickHouseStore
@@ -62,10 +62,7 @@ def test_sigkill_mid_run_then_restart_equals_undisturbed_run(broker, tmp_path):
 def test_two_workers_one_killed_and_restarted_equal_one_undisturbed_worker(broker, tmp_path):
     plan = varied_plan(10, 20, jitter=0.1, hours=4, nodes=6, gpus_per_node=2, seed=3)
     cap = write_varied(plan, tmp_path / "capture")
-    undisturbed = Stack(tmp_path / "undisturbed", f"t{uuid.uuid4().hex[:10]}")
-    undisturbed.run("ingest", str(cap))
-    undisturbed.run("process", "--until-caught-up")
-    want = undisturbed.facts()
+    want = undisturbed_facts(tmp_path / "undisturbed", cap)
     assert len(want["utilization_facts"]) > 1000 and want["capacity_facts"]
     parts = {r[-2] for r in want["utilization_facts"]}
     assert len(parts) >= 2, "the nodes spread over partitions, so each worker holds some"

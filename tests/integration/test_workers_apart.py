@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from conftest import Stack
+from conftest import Stack, undisturbed_facts
 from gpuledger.demo.varied import varied_plan, write_varied
 
 pytestmark = pytest.mark.integration
@@ -16,10 +16,7 @@ pytestmark = pytest.mark.integration
 def test_workers_apart_then_the_sink_alone_catches_up(broker, tmp_path):
     plan = varied_plan(10, 20, jitter=0.1, hours=2, nodes=4, gpus_per_node=2, seed=11)
     cap = write_varied(plan, tmp_path / "capture")
-    together = Stack(tmp_path / "together", f"t{uuid.uuid4().hex[:10]}")
-    together.run("ingest", str(cap))
-    together.run("process", "--until-caught-up")
-    want = together.facts()
+    want = undisturbed_facts(tmp_path / "together", cap)
     assert len(want["utilization_facts"]) > 500 and want["capacity_facts"]
 
     apart = Stack(tmp_path / "apart", f"t{uuid.uuid4().hex[:10]}")
