@@ -108,7 +108,7 @@ bench: setup
 # A generated fleet (nodes of 8 H100s, 10-s scrapes) through the raw loop, 1 and 2 workers (with the
 # sink beside them, and apart: the workers to the end of the sources, then the sink alone), replay
 # with 1 and 2 processes, then FLEET_LIVE_MIN minutes live for freshness (0: none);
-# FLEET_GPUS=1024 FLEET_HOURS=24 is the acceptance size (2 cores: ~5 min a worker run, ~50 min in all).
+# FLEET_GPUS=1024 FLEET_HOURS=24 is the acceptance size (2 cores: 3-9 min a worker run, ~50 min in all).
 FLEET_GPUS ?= 1024
 FLEET_HOURS ?= 1
 FLEET_LIVE_MIN ?= 5
