@@ -1,0 +1,35 @@
+"""The fleet bench's workers-apart runs on the real broker and engine: N workers read a
+generated fleet to its end with no sink beside them (each counted as a process of the run),
+then the sink alone writes their facts, which equal the truth and the other run's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from stack_support import BOOTSTRAP, LIBS
+
+pytestmark = pytest.mark.integration
+
+
+def test_workers_apart_then_the_sink_alone_equal_the_truth(broker, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "GPULEDGER_HOME": str(tmp_path / "home"), "GPULEDGER_KAFKA_LIBS": str(LIBS)}
+    done = subprocess.run([sys.executable, "-m", "gpuledger.bench.fleet", "--gpus", "32", "--hours", "0.5",
+                           "--workers", "1,2", "--modes", "apart", "--skip-raw", "--partitions", "2",
+                           "--bootstrap", BOOTSTRAP, "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    runs = orjson.loads((out / "results.json").read_bytes())["runs"]
+    assert [(r["workers"], r.get("apart")) for r in runs] == [(1, True), (2, True)]
+    for r in runs:
+        workers = [p for p in r["cpu_s_by_process"] if p.startswith("gpuledger[")]
+        assert len(workers) == r["workers"], r["cpu_s_by_process"]  # the workers ran as processes of their own
+        assert r["exit"] == 0 and r["sink_wall_s"] > 0 and r["check"]["ok"], r
+        assert r["facts"]["utilization_facts"]["facts"] > 0 and r["facts"]["capacity_facts"]["facts"] > 0
+        assert r["facts"] == runs[0]["facts"]
+    assert "| 2 apart |" in done.stdout and "then the sink alone" in done.stdout
