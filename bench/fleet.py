@@ -128,20 +128,23 @@ def process_supports_workers(gpuledger: list[str]) -> bool:
     return "--workers" in done.stdout
 
 
+def home_env(env: dict, home: Path, **extra: str) -> dict:
+    """``env`` for a run whose home is ``home``: its settings there, its embedded engine under it."""
+    return {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}", **extra}
+
+
 def worker_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: float, with_flag: bool) -> dict:
     home.mkdir(parents=True)
     cmd = [*gpuledger, "process", "--until-caught-up", *(["--workers", str(n)] if with_flag else [])]
-    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
-    return {"workers": n, **timed_process(f"workers={n}", cmd, run_env, home / "process.log", timeout_s), "home": str(home)}
+    return {"workers": n, **timed_process(f"workers={n}", cmd, home_env(env, home), home / "process.log", timeout_s),
+            "home": str(home)}
 
 
 def check_showback(gpuledger: list[str], env: dict, home: Path, truth: dict) -> dict:
     """Showback of the run against the truth: allocated exact (1e-6 h), active within 0.5 % plus
     two scrape intervals over the period (each end of the period may leave one uncovered)."""
     done = subprocess.run([*gpuledger, "showback", "--from", truth["from"], "--to", truth["to"], "--format", "json"],
-                          env={**env, "GPULEDGER_HOME": str(home),
-                               "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"},
-                          capture_output=True, text=True, timeout=1800)
+                          env=home_env(env, home), capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         return {"ok": False, "error": done.stderr[-2000:]}
     got = {e["tenant_id"]: e for e in orjson.loads(done.stdout)["tenants"]}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import orjson
 
-from gpuledger.bench.fleet import clear_prefix
+from gpuledger.bench.fleet import clear_prefix, home_env
 from gpuledger.bench.proc_monitor import log, start_monitored, timed_process
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.publisher import KafkaPublisher
@@ -50,7 +50,7 @@ def apart_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: fl
     """The workers to the end of the sources, then the sink alone: ``wall_s`` is the workers'
     (``sink_wall_s`` the sink's after them); CPU and peak RSS per process of both."""
     home.mkdir(parents=True)
-    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
+    run_env = home_env(env, home)
     workers = timed_process(f"workers={n} apart", ["sh", "-c", WORKERS, gpuledger[0], str(n)], run_env,
                             home / "workers.log", timeout_s)
     run = {**workers, "workers": n, "apart": True, "home": str(home)}
@@ -66,7 +66,7 @@ def apart_run(n: int, gpuledger: list[str], env: dict, home: Path, timeout_s: fl
 
 def replay_runs(ks: list[int], gpuledger: list[str], env: dict, home: Path, period: str,
                 timeout_s: float) -> list[dict]:
-    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}"}
+    run_env = home_env(env, home)
     runs = []
     for k in ks:
         out = home / f"replay-k{k}.json"
@@ -93,8 +93,7 @@ def live_run(n: int, gpus: int, minutes: float, cadence_s: float, pr_cadence_s: 
     ensure_topics(settings.kafka_bootstrap, topics, client=client)
     home = out / f"live-w{n}-{int(time.time())}"
     home.mkdir(parents=True)
-    run_env = {**env, "GPULEDGER_HOME": str(home), "GPULEDGER_CLICKHOUSE_DSN": f"chdb://{home / 'clickhouse'}",
-               "GPULEDGER_TOPIC_PREFIX": prefix}
+    run_env = home_env(env, home, GPULEDGER_TOPIC_PREFIX=prefix)
     log_path = home / "process.log"
     cmd = [*gpuledger, "process", "--workers", str(n)]
     log(f"live: {' '.join(cmd)} on topics {prefix}.* (log {log_path})")
