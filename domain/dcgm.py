@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import NamedTuple
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gpuledger.domain.facts import built
+from gpuledger.domain.prom_labels import parse_labels
 
 __all__ = ["HEALTH_FIELDS", "DcgmParse", "DeviceSample", "HealthDevice", "parse_exposition", "row_of", "sample_of"]
 
@@ -167,17 +166,12 @@ _PLAUSIBLE = {"fb_used_mib": (0.0, 2.0 ** 30, "implausible framebuffer used (not
 _ANY = (-math.inf, math.inf, "")
 
 
-def _labels(name: str, label_text: str) -> dict[str, str]:
-    """A label set, parsed by prometheus_client's text parser (raises on one it refuses)."""
-    return list(text_string_to_metric_families(f"{name}{label_text} 0\n"))[0].samples[0].labels
-
-
 def _identity(name: str, label_text: str) -> tuple:
     """(device key, modelName, skip reason, (namespace, pod) or None) of a label set, parsed
     once per distinct label text (shared by a device's fields)."""
     found = _LABELS.find(label_text)
     if found is None:
-        labels = _labels(name, label_text)
+        labels = parse_labels(name, label_text)
         uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
         instance = labels.get("GPU_I_ID")
         if not uuid:
@@ -198,7 +192,7 @@ def _health_device(name: str, label_text: str) -> HealthDevice | None:
     if cached is not None:
         return cached[0]
     try:
-        labels = _labels(name, label_text)
+        labels = parse_labels(name, label_text)
     except Exception:  # noqa: BLE001 — a health series never fails the scrape
         labels = {}
     uuid = labels.get("UUID") or labels.get("gpu_uuid") or ""
