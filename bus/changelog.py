@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from gpuledger.bus.offsets import watermarks
 from gpuledger.bus.topics import STATE_MAX_BYTES, Topics
 
 __all__ = ["Changelog", "last_value"]
@@ -77,7 +78,7 @@ def last_value(config: Mapping[str, object], topic: str, partition: int, key: by
     """The value last written under ``key`` to one partition (read from its start), or None."""
     consumer = Consumer({**config, "enable.auto.commit": False, "log_level": 3})
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        low, high = watermarks(consumer, TopicPartition(topic, partition))
         if high <= low:
             return None
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])

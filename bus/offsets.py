@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-__all__ = ["commit_offsets", "committed_offsets", "read_extents"]
+__all__ = ["commit_offsets", "committed_offsets", "read_extents", "watermarks"]
 
 # commit refusals that mean "not now" (a rebalance, a coordinator moving or restarting): the
 # state written before is the truth, so the next commit (by this worker or the unit's next
@@ -20,6 +20,10 @@ _COMMIT_LATER = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID,
                  KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT,
                  KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD,
                  KafkaError._NO_OFFSET, KafkaError._STATE, KafkaError._DESTROY}
+
+_NO_LEADER_YET = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT,
+                  KafkaError._TRANSPORT}
 
 
 def read_extents(bootstrap: str, topic_names: list[str], retry_s: float = 30.0,
@@ -40,6 +44,20 @@ def read_extents(bootstrap: str, topic_names: list[str], retry_s: float = 30.0,
             return {f"{tp.topic}:{tp.partition}": tuple(ends[f"{tp.topic}:{tp.partition}"]) for tp in tps}
         except (KafkaException, KeyError):
             if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, retry_s: float = 30.0) -> tuple[int, int]:
+    """Low and high offset of one partition; retried for ``retry_s`` while the partition is not
+    there yet or has no leader for a moment (a topic just created: the controller has named a
+    leader that does not lead it yet) or the broker is briefly unreachable."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:
+            if time.monotonic() > deadline or not (exc.args[0].retriable() or exc.args[0].code() in _NO_LEADER_YET):
                 raise
             time.sleep(0.2)
 

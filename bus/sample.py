@@ -10,6 +10,8 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
+from gpuledger.bus.offsets import watermarks
+
 __all__ = ["window_edges"]
 
 
@@ -23,7 +25,7 @@ def window_edges(config: Mapping[str, object], topic: str, from_ms: int, to_ms: 
             return []
         out: list[bytes] = []
         for p in sorted(meta.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            low, high = watermarks(consumer, TopicPartition(topic, p), retry_s=timeout_s)
             # one lookup per time: a request naming a partition twice is answered once
             start, end = (consumer.offsets_for_times([TopicPartition(topic, p, t)], timeout=timeout_s)[0].offset
                           for t in (from_ms, to_ms))
