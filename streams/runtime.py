@@ -52,6 +52,7 @@ from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.security import client_config
 from gpuledger.bus.changelog import Changelog
 from gpuledger.bus.fetch import SOURCE_FETCH
+from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.pacing import Pacer
 from gpuledger.streams.engine import Engine
 from gpuledger.streams.fact_codec import iter_encoded
@@ -402,6 +403,7 @@ class Worker:
 
 def run_worker(settings: Settings, job: WorkerJob, progress: Callable[[str], None], wall_ms: Callable[[], int],
                should_stop: Callable[[], bool]) -> int:
+    collect_for_the_data_path()
     worker = Worker(settings, job, progress, wall_ms, should_stop)
     if settings.worker_metrics_port >= 0:
         port = worker.metrics.serve(settings.worker_metrics_port, settings.metrics_addr,

@@ -40,6 +40,7 @@ from gpuledger.sinks.failpoint import OutageStore
 from gpuledger.sinks.freshness import FreshnessCollector
 from gpuledger.sinks.query import TOKEN_FILE, announce, query_token
 from gpuledger.sinks.query_server import QueryServer, read_limits
+from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.bus.topics import Topics, ensure_topics, topics_for
 
@@ -94,6 +95,7 @@ def run_sink(settings: Settings, topics: Topics, store, group: str, progress: Ca
              reference_stops: dict[str, int] | None = None) -> int:
     """The sink loop; with ``workers``, until they exit (then drain when caught up). A replay
     passes ``reference_stops``: reference documents at or past them are not taken."""
+    collect_for_the_data_path()
     metrics = WorkerMetrics()
     if settings.sink_metrics_port >= 0:
         port = metrics.serve(settings.sink_metrics_port, settings.metrics_addr, settings.metrics_secret())
