@@ -122,6 +122,8 @@ def fleet_truth(plan: FleetPlan) -> dict:
     """Allocated and active GPU-hours per tenant, from the plan alone (VariedTruth's rule)."""
     alloc: dict[str, float] = {}
     active: dict[str, float] = {}
+    slack: dict[str, float] = {}  # active hours a pod's two edges may move: a scrape interval each
+    edge_h = 2 * plan.cadence_ms * (1 + plan.jitter) / H
     for p in plan.pods:
         first, last, every = plan.pr_first_last(p.node)
         seen = first + max(0, -(-(p.start_ms - first) // every)) * every  # first snapshot at or after the start
@@ -130,8 +132,9 @@ def fleet_truth(plan: FleetPlan) -> dict:
         held_h = len(p.gpus) * max(0, min(p.end_ms, last) - seen) / H
         alloc[p.tenant] = alloc.get(p.tenant, 0.0) + held_h
         active[p.tenant] = active.get(p.tenant, 0.0) + held_h * p.sm_active
+        slack[p.tenant] = slack.get(p.tenant, 0.0) + len(p.gpus) * p.sm_active * edge_h
     return {"allocated_gpu_hours": dict(sorted(alloc.items())), "active_gpu_hours": dict(sorted(active.items())),
-            "pods": len(plan.pods), "tenants": sorted(alloc)}
+            "active_edge_slack_gpu_hours": dict(sorted(slack.items())), "pods": len(plan.pods), "tenants": sorted(alloc)}
 
 
 class _Node:
