@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 __all__ = ["commit_offsets", "committed_offsets", "read_extents", "watermarks"]
+
+T = TypeVar("T")
 
 # commit refusals that mean "not now" (a rebalance, a coordinator moving or restarting): the
 # state written before is the truth, so the next commit (by this worker or the unit's next
@@ -52,14 +55,7 @@ def watermarks(consumer: Consumer, tp: TopicPartition, retry_s: float = 30.0) ->
     """Low and high offset of one partition; retried for ``retry_s`` while the partition is not
     there yet or has no leader for a moment (a topic just created: the controller has named a
     leader that does not lead it yet) or the broker is briefly unreachable."""
-    deadline = time.monotonic() + retry_s
-    while True:
-        try:
-            return consumer.get_watermark_offsets(tp, timeout=10)
-        except KafkaException as exc:
-            if time.monotonic() > deadline or not (exc.args[0].retriable() or exc.args[0].code() in _NO_LEADER_YET):
-                raise
-            time.sleep(0.2)
+    return _retried(lambda: consumer.get_watermark_offsets(tp, timeout=10), retry_s, _NO_LEADER_YET, 0.2)
 
 
 def commit_offsets(consumer: Consumer, offsets: list[TopicPartition], progress: Callable[[str], None]) -> bool:
@@ -77,11 +73,17 @@ def commit_offsets(consumer: Consumer, offsets: list[TopicPartition], progress: 
 
 def committed_offsets(consumer: Consumer, partitions: list[TopicPartition], wait_s: float = 120) -> list[TopicPartition]:
     """The group's committed offsets, waiting out a coordinator that is (re)starting."""
+    return _retried(lambda: consumer.committed(partitions, timeout=10), wait_s, _COMMIT_LATER, 0.5)
+
+
+def _retried(call: Callable[[], T], wait_s: float, codes: set, pause_s: float) -> T:
+    """``call()``, again every ``pause_s`` for ``wait_s`` while it raises a retriable Kafka error
+    or one of ``codes``; then that error."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return consumer.committed(partitions, timeout=10)
+            return call()
         except KafkaException as exc:
-            if time.monotonic() > deadline or not (exc.args[0].retriable() or exc.args[0].code() in _COMMIT_LATER):
+            if time.monotonic() > deadline or not (exc.args[0].retriable() or exc.args[0].code() in codes):
                 raise
-            time.sleep(0.5)
+            time.sleep(pause_s)
