@@ -99,6 +99,10 @@ class Inventory:
                 return g
         return None
 
+    def by_uuid(self) -> dict[str, list[GpuEntry]]:
+        """Every entry of every GPU, by UUID, in document order (read it, never change it)."""
+        return self._by_uuid()
+
     def entries(self, gpu_uuid: str) -> list[GpuEntry]:
         """Every entry of a GPU, whenever valid."""
         return list(self._by_uuid().get(gpu_uuid, ()))

@@ -78,8 +78,16 @@ class SampleAttribution:
                 keep.append(scrape)
                 continue
             pos = SourcePos(*scrape[2])
-            for s in scrape[1]:
-                self._emit_sample(node, st, t, end, s, pos, reason)
+            if reason or self.inventory is None or exclusive_facts is None:
+                for s in scrape[1]:
+                    self._emit_sample(node, st, t, end, s, pos, reason)
+                continue
+            gap = "no PodResources evidence (snapshot gap)" if st.gaps and any(a <= t < b for a, b in st.gaps) else ""
+            attributed, unattributed = exclusive_facts(
+                self.cluster_id, node, t, end, scrape[1], pos, gap, st.pieces, self.inventory.by_uuid(),
+                self._util_out, lambda s: self._emit_sample(node, st, t, end, s, pos, ""))  # noqa: B023 — called here
+            self.counters.samples_attributed += attributed
+            self.counters.samples_unattributed += unattributed
         st.pending_scrapes = keep
         self._prune(st)
 
@@ -146,6 +154,14 @@ class SampleAttribution:
 
 
 _NO_PODS: dict = {}  # a sample without per-pod series (read, never written)
+
+try:  # built at install (pyproject.toml): a scrape's samples on exclusive GPUs, those above in C
+    from gpuledger.domain import _samples
+except ImportError:  # pragma: no cover — tests/unit/domain/test_samples_c.py requires it
+    exclusive_facts = None
+else:
+    _samples.setup(utilization_fact, DeviceSample, Piece)
+    exclusive_facts = _samples.exclusive_facts
 
 
 def drop_before(pieces: list[Piece], horizon_ms: int) -> None:
