@@ -8,6 +8,7 @@ worker encodes them for the fact topics (streams/fact_codec.py). Each stage's CP
 reported per device sample, beside a plain Avro decode of the same DCGM records (what the
 fleet benchmark's raw loop does after fetching). What the broker, producing and the sink
 cost is left out: this is the worker's own Python, the part a change to the hot path moves.
+The cycle collector is set as a worker sets it (streams/collector.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import zlib
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.topics import Topics
 from gpuledger.schemas import Codec
+from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.engine import Engine
 from gpuledger.streams.fact_codec import iter_encoded
 
@@ -66,6 +68,7 @@ def engine_over(pub: MemoryPublisher, topics: Topics, dead_letter) -> tuple[Engi
 
 
 def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=print) -> dict:
+    collect_for_the_data_path()
     plan = fleet_plan(gpus, hours, cadence_s, cadence_s)
     topics = Topics("hotpath", PARTITIONS, 30)
     pub = MemoryPublisher()

@@ -81,12 +81,19 @@ def parse_health(text: str) -> dict[HealthDevice, dict[str, float | int]]:
 def health_facts(cluster_id: str, node: str, observed_at_ms: int, scrape: str | DcgmParse,
                  pos: SourcePos) -> list[GpuHealthFact]:
     """The scrape's health facts (from its text or its parse), devices in (UUID, instance) order."""
-    facts = []
     parsed = (parse_exposition(scrape) if isinstance(scrape, str) else scrape).health
     # the scrape's row, every field in the fact's order; each device's copy fills in its own
     base = {"fact_id": "", "cluster_id": cluster_id, "node": node, "gpu_uuid": "", "gpu_instance_id": None,
             "profile": "", "model": "", "pci_bus_id": "", "observed_at_ms": observed_at_ms, **_NO_VALUES,
             "src_topic": pos.topic, "src_partition": pos.partition, "src_offset": pos.offset}
+    return health_rows(parsed, base, cluster_id, observed_at_ms)
+
+
+def python_health_rows(parsed: dict[HealthDevice, dict], base: dict, cluster_id: str,
+                       observed_at_ms: int) -> list[GpuHealthFact]:
+    """A copy of ``base`` per device, with its id, identity and fields; ``health_rows`` is this
+    in C where the C module is built (domain/_health.c)."""
+    facts = []
     for device in sorted(parsed, key=lambda d: (d.gpu_uuid, -1 if d.gpu_instance_id is None else d.gpu_instance_id)):
         row = base.copy()
         row["fact_id"] = fact_id("health", cluster_id, device.gpu_uuid, device.gpu_instance_id, observed_at_ms)
@@ -97,3 +104,11 @@ def health_facts(cluster_id: str, node: str, observed_at_ms: int, scrape: str | 
 
 
 _NO_VALUES = dict.fromkeys(f for f in GpuHealthFact.__dataclass_fields__ if f in _VALUE_FIELDS)
+
+try:  # built at install (pyproject.toml); a source tree without the build builds them in Python
+    from gpuledger.domain import _health
+except ImportError:  # pragma: no cover — tests/unit/domain/test_health_c.py requires it
+    health_rows = python_health_rows
+else:
+    _health.setup(python_health_rows, GpuHealthFact, HealthDevice, fact_id)
+    health_rows = _health.health_rows

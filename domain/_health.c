@@ -1,0 +1,149 @@
+/* A scrape's health facts in C: what domain/gpu_health.py ``python_health_rows`` does, the
+ * same facts in the same order.
+ *
+ * health_rows(health, base, cluster_id, observed_at_ms) -> list[GpuHealthFact]
+ *
+ * ``health`` maps each device (HealthDevice: uuid, GPU instance or None, profile, model, PCI
+ * bus id) to its fields in the fact's units; ``base`` is the scrape's row, every field in the
+ * fact's order. Devices in (uuid, instance, -1 for none) order, ties in the mapping's order;
+ * each fact is a copy of ``base`` with its id (fact_id("health", cluster_id, uuid, instance,
+ * observed_at_ms)), its device's five fields and its fields. Anything of a type the parse never
+ * makes (a device that is not a HealthDevice of str, int-or-None, str, str, str; fields that are
+ * not a dict) is the reference's to build or refuse. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *reference, *fact_cls, *device_cls, *fact_id, *s_health, *s_dict, *minus_one, *no_args;
+static PyObject *k_fact_id, *k_names[5];
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *f, *cls, *dev, *ids;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!O!O", &f, &PyType_Type, &cls, &PyType_Type, &dev, &ids))
+        return NULL;
+    Py_XSETREF(reference, Py_NewRef(f));
+    Py_XSETREF(fact_cls, Py_NewRef(cls));
+    Py_XSETREF(device_cls, Py_NewRef(dev));
+    Py_XSETREF(fact_id, Py_NewRef(ids));
+    Py_RETURN_NONE;
+}
+
+/* Is this a device as the parse makes them (a HealthDevice, a tuple), with its fields a dict? */
+static int plain(PyObject *device, PyObject *fields) {
+    PyObject *inst;
+    if (Py_TYPE(device) != (PyTypeObject *)device_cls || PyTuple_GET_SIZE(device) != 5 || !PyDict_CheckExact(fields))
+        return 0;
+    inst = PyTuple_GET_ITEM(device, 1);
+    return PyUnicode_CheckExact(PyTuple_GET_ITEM(device, 0)) && (inst == Py_None || PyLong_CheckExact(inst)) &&
+           PyUnicode_CheckExact(PyTuple_GET_ITEM(device, 2)) && PyUnicode_CheckExact(PyTuple_GET_ITEM(device, 3)) &&
+           PyUnicode_CheckExact(PyTuple_GET_ITEM(device, 4));
+}
+
+/* One fact: a copy of base with the device's id, identity and fields. */
+static PyObject *fact(PyObject *device, PyObject *fields, PyObject *base, PyObject *cluster, PyObject *t) {
+    PyObject *row, *id, *parts[5], *result = NULL;
+    int i;
+    if ((row = PyDict_Copy(base)) == NULL)
+        return NULL;
+    parts[0] = s_health, parts[1] = cluster, parts[2] = PyTuple_GET_ITEM(device, 0);
+    parts[3] = PyTuple_GET_ITEM(device, 1), parts[4] = t;
+    if ((id = PyObject_Vectorcall(fact_id, parts, 5, NULL)) == NULL)
+        goto done;
+    i = PyDict_SetItem(row, k_fact_id, id);
+    Py_DECREF(id);
+    if (i < 0)
+        goto done;
+    for (i = 0; i < 5; i++)
+        if (PyDict_SetItem(row, k_names[i], PyTuple_GET_ITEM(device, i)) < 0)
+            goto done;
+    if (PyDict_Update(row, fields) < 0)
+        goto done;
+    result = PyBaseObject_Type.tp_new((PyTypeObject *)fact_cls, no_args, NULL);
+    if (result != NULL && PyObject_GenericSetAttr(result, s_dict, row) < 0)
+        Py_CLEAR(result);
+done:
+    Py_DECREF(row);
+    return result;
+}
+
+static PyObject *health_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *health, *base, *cluster, *t, *order = NULL, *out = NULL, *device, *fields, *key;
+    Py_ssize_t pos = 0, i = 0, n;
+    (void)self;
+    if (reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_health.setup() was not called");
+        return NULL;
+    }
+    if (nargs != 4)
+        return PyObject_Vectorcall(reference, args, nargs, NULL);
+    health = args[0], base = args[1], cluster = args[2], t = args[3];
+    if (!PyDict_CheckExact(health) || !PyDict_CheckExact(base))
+        return PyObject_Vectorcall(reference, args, nargs, NULL);
+    n = PyDict_GET_SIZE(health);
+    if ((order = PyList_New(n)) == NULL)
+        return NULL;
+    while (PyDict_Next(health, &pos, &device, &fields)) {  /* (uuid, instance or -1, place, device) */
+        PyObject *inst, *place;
+        if (i >= n || !plain(device, fields)) {
+            Py_DECREF(order);
+            return PyObject_Vectorcall(reference, args, nargs, NULL);
+        }
+        inst = PyTuple_GET_ITEM(device, 1);
+        if ((place = PyLong_FromSsize_t(i)) == NULL)
+            goto error;
+        key = PyTuple_Pack(4, PyTuple_GET_ITEM(device, 0), inst == Py_None ? minus_one : inst, place, device);
+        Py_DECREF(place);
+        if (key == NULL)
+            goto error;
+        PyList_SET_ITEM(order, i++, key);
+    }
+    if (i != n || PyList_Sort(order) < 0)  /* the places make every key unique: a stable sort by the first two */
+        goto error;
+    if ((out = PyList_New(n)) == NULL)
+        goto error;
+    for (i = 0; i < n; i++) {
+        PyObject *f;
+        device = PyTuple_GET_ITEM(PyList_GET_ITEM(order, i), 3);
+        if ((fields = PyDict_GetItemWithError(health, device)) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "health_rows(): the health mapping changed while read");
+            goto error;
+        }
+        if ((f = fact(device, fields, base, cluster, t)) == NULL)
+            goto error;
+        PyList_SET_ITEM(out, i, f);
+    }
+    Py_DECREF(order);
+    return out;
+error:
+    Py_XDECREF(order);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"health_rows", (PyCFunction)(void (*)(void))health_rows, METH_FASTCALL,
+     "health_rows(health, base, cluster_id, observed_at_ms) -> the scrape's health facts: see domain/gpu_health.py"},
+    {"setup", setup, METH_VARARGS, "setup(python_health_rows, GpuHealthFact, HealthDevice, fact_id)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_health", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+        return NULL;
+
+PyMODINIT_FUNC PyInit__health(void) {
+    INTERN(s_health, "health")
+    INTERN(s_dict, "__dict__")
+    INTERN(k_fact_id, "fact_id")
+    INTERN(k_names[0], "gpu_uuid")
+    INTERN(k_names[1], "gpu_instance_id")
+    INTERN(k_names[2], "profile")
+    INTERN(k_names[3], "model")
+    INTERN(k_names[4], "pci_bus_id")
+    if ((minus_one = PyLong_FromLong(-1)) == NULL || (no_args = PyTuple_New(0)) == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
