@@ -2,7 +2,9 @@
 DCGM samples into utilization facts once the segments under them are final: one fact per
 capacity fact a sample's ``[t, end)`` overlaps (span = the overlap), or one unattributed fact
 saying why. Also what the attributor forgets: pieces no sample can need, evidence gaps past
-the allowed lateness, history behind the late-data horizon. All times epoch ms, half-open."""
+the allowed lateness, history behind the late-data horizon. All times epoch ms, half-open.
+A ready scrape's samples of exclusive GPUs are attributed in C where it is built
+(domain/_samples.c ``exclusive_facts``, held to ``_emit_sample`` by tests), the others here."""
 
 from __future__ import annotations
 
