@@ -14,6 +14,7 @@ The cycle collector is set as a worker sets it (streams/collector.py).
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 import zlib
@@ -68,7 +69,16 @@ def engine_over(pub: MemoryPublisher, topics: Topics, dead_letter) -> tuple[Engi
 
 
 def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=print) -> dict:
+    """The run, with the collector set as in a worker and set back after it."""
+    before = gc.get_threshold()
     collect_for_the_data_path()
+    try:
+        return _run(gpus, hours, cadence_s, advance_every, progress)
+    finally:
+        gc.set_threshold(*before)
+
+
+def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress) -> dict:
     plan = fleet_plan(gpus, hours, cadence_s, cadence_s)
     topics = Topics("hotpath", PARTITIONS, 30)
     pub = MemoryPublisher()

@@ -1,10 +1,14 @@
 """The hot-path benchmark runs the engine on a generated fleet and reports every stage."""
 
+import gc
+
 from gpuledger.bench.hotpath import run
 
 
 def test_the_hot_path_bench_attributes_the_fleet_and_times_each_stage():
+    before = gc.get_threshold()
     out = run(gpus=16, hours=0.25, cadence_s=10, advance_every=200, progress=lambda _m: None)
+    assert gc.get_threshold() == before  # the worker's collector setting is the run's, not the caller's
     assert out["device_samples"] == 16 * 90 and out["dead_lettered"] == 0
     # utilization and health facts for every sample, capacity facts besides
     assert out["facts"] > 2 * out["device_samples"]
