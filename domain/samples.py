@@ -8,6 +8,8 @@ A ready scrape's samples of exclusive GPUs are attributed in C where it is built
 
 from __future__ import annotations
 
+from functools import partial
+
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
 from gpuledger.domain.facts import SourcePos
@@ -84,10 +86,10 @@ class SampleAttribution:
                 for s in scrape[1]:
                     self._emit_sample(node, st, t, end, s, pos, reason)
                 continue
-            gap = "no PodResources evidence (snapshot gap)" if st.gaps and any(a <= t < b for a, b in st.gaps) else ""
+            fallback = partial(self._emit_sample, node, st, t, end, pos=pos, reason="")  # (the sample)
             attributed, unattributed = exclusive_facts(
-                self.cluster_id, node, t, end, scrape[1], pos, gap, st.pieces, self.inventory.by_uuid(),
-                self._util_out, lambda s: self._emit_sample(node, st, t, end, s, pos, ""))  # noqa: B023 — called here
+                self.cluster_id, node, t, end, scrape[1], pos, _gap_reason(st, t), st.pieces,
+                self.inventory.by_uuid(), self._util_out, fallback)
             self.counters.samples_attributed += attributed
             self.counters.samples_unattributed += unattributed
         st.pending_scrapes = keep
@@ -97,8 +99,7 @@ class SampleAttribution:
                      reason: str) -> None:
         targets = ([(s.gpu_uuid, None, reason)] if reason or self.inventory is None
                    else sample_targets(self.inventory, st.pieces, node, t, s))
-        gap = "no PodResources evidence (snapshot gap)" if st.gaps and any(a <= t < b for a, b in st.gaps) else ""
-        self._emit_targets(node, t, end, s, pos, targets, gap, {} if reason else st.pieces)
+        self._emit_targets(node, t, end, s, pos, targets, _gap_reason(st, t), {} if reason else st.pieces)
 
     def _emit_targets(self, node: str, t: int, end: int, s: DeviceSample, pos: SourcePos, targets, gap_reason: str,
                       pieces: dict[str, list[Piece]]) -> None:
@@ -156,6 +157,13 @@ class SampleAttribution:
 
 
 _NO_PODS: dict = {}  # a sample without per-pod series (read, never written)
+
+
+def _gap_reason(st: NodeState, t_ms: int) -> str:
+    """Why a sample at ``t_ms`` that no piece covers has no owner, where the node's PodResources
+    snapshots left a gap in evidence around it ("" elsewhere)."""
+    return "no PodResources evidence (snapshot gap)" if st.gaps and any(a <= t_ms < b for a, b in st.gaps) else ""
+
 
 try:  # built at install (pyproject.toml): a scrape's samples on exclusive GPUs, those above in C
     from gpuledger.domain import _samples

@@ -61,7 +61,8 @@ def c_path(inv: Inventory, st: NodeState, t: int, end: int, scrape, pos: SourceP
         host._emit_sample("node-1", st, t, end, s, pos, "")
     counts = _samples.exclusive_facts(host.cluster_id, "node-1", t, end, scrape, pos, gap, st.pieces, inv.by_uuid(),
                                       host._util_out, fallback)
-    return host._util_out, (host.counters.samples_attributed + counts[0], host.counters.samples_unattributed + counts[1])
+    c = host.counters
+    return host._util_out, (c.samples_attributed + counts[0], c.samples_unattributed + counts[1])
 
 
 def _piece(rng: random.Random, start: int, end: int, uid: str) -> Piece:
