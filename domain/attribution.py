@@ -271,8 +271,8 @@ class Attributor(SampleAttribution):
     def _same_pods(self, holders: dict, a_ms: int, b_ms: int) -> bool:
         """Every holder names the same pod at ``a_ms`` and at ``b_ms`` (a node segment's facts
         look its holders' pods up at the segment's start)."""
-        pod_at = self.book.pod_at
-        return all(pod_at(h[0], h[1], a_ms) == pod_at(h[0], h[1], b_ms) for h in holders.values())
+        same = self.book.same_pod_at
+        return all(same(h[0], h[1], a_ms, b_ms) for h in holders.values())
 
     def _finalize_vgpu(self, host: str, st: NodeState, closing: bool) -> None:
         # a vGPU snapshot names its owners itself: no watch to wait for

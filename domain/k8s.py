@@ -184,6 +184,16 @@ class OwnershipBook:
                 best = life
         return best
 
+    def same_pod_at(self, namespace: str, name: str, a_ms: int, b_ms: int) -> bool:
+        """Does ``namespace/name`` name the same pod (or none) at ``a_ms`` and at ``b_ms``?
+        ``pod_at`` twice, answered without the lookups for a name only one pod ever bore."""
+        uids = self.pods_by_name.get(f"{namespace}/{name}", ())
+        if len(uids) == 1:
+            life = self.pods[uids[0]]
+            return life.covers(a_ms) == life.covers(b_ms)
+        at_a, at_b = self.pod_at(namespace, name, a_ms), self.pod_at(namespace, name, b_ms)
+        return at_a is at_b or at_a == at_b
+
     def namespace_at(self, name: str, t_ms: int) -> NamespaceVersion | None:
         best = None
         for v in self.namespaces.get(name, ()):

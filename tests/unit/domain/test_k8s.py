@@ -1,7 +1,9 @@
 """Ownership fold: identity by UID and by time, never by name."""
 
-import orjson
+import random
 from pathlib import Path
+
+import orjson
 
 from gpuledger.demo.builder import namespace_object, pod_object
 from gpuledger.domain.k8s import OwnershipBook
@@ -52,3 +54,33 @@ def test_reference_watch_events_fold_without_error():
         kinds.append(book.apply(ev["type"], ev["object"], parse_rfc3339_ms("2026-09-01T10:00:00Z")))
     assert kinds.count("bookmark") == 1 and kinds.count("error") == 1
     assert len(book.pods) == 1
+
+
+def test_same_pod_at_is_pod_at_twice():
+    """Over names one pod bore, names reused by later pods, pods still running and names never
+    seen, at instants on and around every start and end."""
+    import random
+
+    rng = random.Random(4)
+    book = OwnershipBook()
+    edges = set()
+    for n in range(40):
+        name, at = (f"p-{n % 13}" if n < 26 else f"q-{n}"), rng.randrange(0, 50_000)
+        end = None if rng.random() < 0.3 else at + rng.choice([1, 500, 5_000, 20_000])
+        book.apply("ADDED", pod_object("ns", name, f"uid-{n}", "node-1", at, 1), at)
+        edges.add(at)
+        if end is not None:
+            book.apply("DELETED", pod_object("ns", name, f"uid-{n}", "node-1", at, 1, "Succeeded"), end)
+            edges.add(end)
+    instants = sorted({e + d for e in edges for d in (-1, 0, 1)})
+    single = reused = differ = 0
+    for name in [*(f"p-{i}" for i in range(14)), *(f"q-{i}" for i in range(26, 40))]:
+        uids = book.pods_by_name.get(f"ns/{name}", [])
+        single += len(uids) == 1
+        reused += len(uids) > 1
+        for _ in range(200):
+            a, b = rng.choice(instants), rng.choice(instants)
+            expected = book.pod_at("ns", name, a) == book.pod_at("ns", name, b)
+            assert book.same_pod_at("ns", name, a, b) is expected, (name, a, b)
+            differ += not expected
+    assert single and reused and differ > 100
