@@ -29,21 +29,26 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* An int attribute as a long long: 1 read, 0 not an exact int (or out of range), -1 error. */
-static int attr_ll(PyObject *o, PyObject *name, long long *out) {
+/* An int as a long long: 1 read, 0 not an exact int (or out of range), -1 error. */
+static int as_ll(PyObject *v, long long *out) {
     int overflow;
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL)
-        return -1;
-    if (!PyLong_CheckExact(v)) {
-        Py_DECREF(v);
+    if (!PyLong_CheckExact(v))
         return 0;
-    }
     *out = PyLong_AsLongLongAndOverflow(v, &overflow);
-    Py_DECREF(v);
     if (*out == -1 && PyErr_Occurred())
         return -1;
     return !overflow;
+}
+
+/* An int attribute as a long long, as ``as_ll`` answers; -1 also where it cannot be read. */
+static int attr_ll(PyObject *o, PyObject *name, long long *out) {
+    int r;
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    r = as_ll(v, out);
+    Py_DECREF(v);
+    return r;
 }
 
 /* The piece's start and end: 1 read, 0 not a Piece of exact int times, -1 error. */
@@ -74,8 +79,9 @@ static int exclusive_at(PyObject *gpus_by_uuid, PyObject *uuid, long long t) {
         if ((to = PyObject_GetAttr(g, a_to)) == NULL)
             return -1;
         open_ended = to == Py_None;
+        r = open_ended ? 1 : as_ll(to, &to_ms);
         Py_DECREF(to);
-        if (!open_ended && (r = attr_ll(g, a_to, &to_ms)) != 1)
+        if (r != 1)
             return r;
         if (!(from <= t && (open_ended || t < to_ms)))
             continue;
@@ -117,7 +123,7 @@ static int sample_facts(PyObject *const *head, long long t, PyObject *end, long 
     PyObject *uuid = NULL, *per_pod = NULL, *pieces, *at_t = Py_None, *parts[MAX_PARTS];
     Py_ssize_t n, lo, hi, mid, i, nparts = 0;
     long long start, stop, starts[MAX_PARTS], stops[MAX_PARTS];
-    int r = 0, k, first = 0;
+    int r = 0, k;
     if (Py_TYPE(s) != (PyTypeObject *)sample_cls)
         return 0;
     if ((uuid = PyObject_GetAttr(s, a_uuid)) == NULL || (per_pod = PyObject_GetAttr(s, a_per_pod)) == NULL) {
@@ -194,10 +200,8 @@ static int sample_facts(PyObject *const *head, long long t, PyObject *end, long 
                 r = -1;
                 break;
             }
-            if (!first) {
+            if (i == 0)  /* each sample counts once, as what covers its start */
                 *unattributed = un;
-                first = 1;
-            }
             r = 1;
         }
     }
