@@ -50,6 +50,7 @@ class QueryServer:
         self.store, self.lock = reader, lock
         expected = f"Bearer {token}".encode()
         slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._running, self._running_lock = 0, threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,9 +64,11 @@ class QueryServer:
                 if not slots.acquire(blocking=False):
                     self._send(503, {"error": f"{MAX_CONNECTIONS} queries are running: retry"})
                     return
+                outer._count(+1)
                 try:
                     self._answer()
                 finally:
+                    outer._count(-1)
                     slots.release()
 
             def _refusal(self) -> tuple[int, dict] | None:
@@ -114,6 +117,16 @@ class QueryServer:
         self.server = server_class(":" in host)((host.strip("[]"), port), Handler)
         self.host, self.port = host, self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, name="query", daemon=True)
+
+    def _count(self, step: int) -> None:
+        with self._running_lock:
+            self._running += step
+
+    @property
+    def running(self) -> int:
+        """Queries holding a slot now: reading their body, waiting for the engine or running."""
+        with self._running_lock:
+            return self._running
 
     def start(self) -> QueryServer:
         self.thread.start()

@@ -33,8 +33,9 @@ def served(tmp_path):
     store.close()
 
 
-def _post(server, body: bytes, headers: dict | None = None, path: str = "/query") -> tuple[int, dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+def _post(server, body: bytes, headers: dict | None = None, path: str = "/query",
+          timeout_s: float = 30) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout_s)
     base = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     conn.request("POST", path, body=body, headers={**base, **(headers or {})})
     resp = conn.getresponse()
@@ -43,8 +44,8 @@ def _post(server, body: bytes, headers: dict | None = None, path: str = "/query"
     return status, data
 
 
-def _sql(server, sql: str, **headers) -> tuple[int, dict]:
-    return _post(server, orjson.dumps({"sql": sql}), headers)
+def _sql(server, sql: str, timeout_s: float = 30, **headers) -> tuple[int, dict]:
+    return _post(server, orjson.dumps({"sql": sql}), headers, timeout_s=timeout_s)
 
 
 def test_a_read_with_the_token_is_answered(served):
@@ -143,27 +144,41 @@ def test_silent_clients_are_dropped_at_the_read_timeout(served):
     assert status == 200 and doc["rows"] == [[7]]
 
 
-def test_queries_beyond_the_connection_cap_are_refused(tmp_path):
-    class Slow:
+def test_queries_beyond_the_connection_cap_are_refused():
+    release = threading.Event()
+
+    class Held:
         def query(self, sql, parameters):
+            release.wait(240)
             return ["x"], [[1]]
-    # The silent clients hold their slots until the read timeout; the handlers that take them
-    # start as the server gets to them, which a loaded machine can put off for seconds: the
-    # wait for the refusal is long, and stays well inside the read timeout.
-    server = QueryServer(Slow(), threading.Lock(), TOKEN, read_timeout_s=180.0).start()
+
+    # The cap is filled by whole queries the engine holds: a held slot is the server's own count,
+    # not a guess about when its threads get to a socket, so the wait below ends as soon as they
+    # have all started, however loaded the machine.
+    server = QueryServer(Held(), threading.Lock(), TOKEN).start()
+    answers: list[int] = []
+    held = [threading.Thread(target=lambda: answers.append(_sql(server, "SELECT 1", timeout_s=300)[0]))
+            for _ in range(MAX_CONNECTIONS)]
     try:
-        socks = _silent_clients(server.port, MAX_CONNECTIONS)
-        started, served_meanwhile = time.monotonic(), 0
-        while (status := _sql(server, "SELECT 1")[0]) != 503 and time.monotonic() < started + 90:
-            served_meanwhile += 1
-            time.sleep(0.1)
-        # every slot held: refused, not queued without bound
-        assert status == 503, (f"{MAX_CONNECTIONS} silent clients connected, and {served_meanwhile} queries were "
-                               f"still answered over {time.monotonic() - started:.1f} s")
-        for sock in socks:
-            sock.close()
+        for thread in held:
+            thread.start()
+        deadline = time.monotonic() + 120
+        while server.running < MAX_CONNECTIONS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.running == MAX_CONNECTIONS, f"{server.running} of {MAX_CONNECTIONS} queries held a slot after 120 s"
+        status, doc = _sql(server, "SELECT 2")
+        # every slot held: refused at once, not queued without bound
+        assert status == 503 and "rows" not in doc, (status, doc)
+        assert answers == []
     finally:
-        server.stop()
+        release.set()
+        for thread in held:
+            thread.join(300)
+    assert answers == [200] * MAX_CONNECTIONS  # the held queries were answered when the engine let them go
+    assert server.running == 0
+    status, doc = _sql(server, "SELECT 3")  # and their slots came back
+    server.stop()
+    assert status == 200 and doc["rows"] == [[1]]
 
 
 def test_the_announcement_holds_no_secret_and_is_private(tmp_path):
