@@ -29,6 +29,7 @@ import io
 import math
 import operator
 import struct
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -148,9 +149,11 @@ class _KindCodec:
         keep = "observed_at_ms" if kind == "utilization" else ""
         self.checker = compile_checker(self.schema, self.header, keep)
         self.program = check_program(self.schema, keep)  # the same check, for the C one (streams/_avro_c.c)
-        # the writer in C (streams/_avro_c.c): the same bytes as ``fast``, None where it is not sure
+        # the writer in C (streams/_avro_c.c): the same bytes as ``fast``, None where it is not sure; the
+        # names interned, as a dataclass's field names are, so that each lookup in a fact's dict matches
+        # its key by identity (~15 % of the write)
         self.c_write = None if _write is None or self.fast is None or self.program is None else functools.partial(
-            _write, self.header, self.program[0], tuple(f["name"] for f in self.schema["fields"]))
+            _write, self.header, self.program[0], tuple(sys.intern(f["name"]) for f in self.schema["fields"]))
         self.ocf_header = b""  # an empty object container file of the schema (``container``), made on first use
 
     def check(self, rec: dict) -> None:

@@ -39,6 +39,16 @@ def test_the_compiled_writer_writes_fastavros_bytes(kind, impl):
         assert decode_facts(kind, [written]) == [fact]
 
 
+@pytest.mark.parametrize("kind", FACT_KINDS)
+def test_the_c_writer_looks_fields_up_by_the_dataclass_s_own_names(kind):
+    """The C writer's field names are the very objects a fact's dict is keyed by (interned), so
+    that each lookup matches by identity instead of comparing the strings."""
+    codec = _CODECS[kind]
+    names = codec.c_write.args[2]
+    keys = {k: k for k in _random_fact(kind, random.Random(7)).__dict__}
+    assert [n for n in names if keys[n] is not n] == []
+
+
 @pytest.mark.parametrize("field,bad", [("power_w", math.nan), ("power_w", math.inf), ("sm_active_ratio", -math.inf),
                                        ("power_w", "600"), ("observed_at_ms", True), ("observed_at_ms", "7"),
                                        ("observed_at_ms", 2 ** 63), ("src_offset", -(2 ** 63) - 1),
