@@ -82,8 +82,23 @@ class HealthFold:
     def __init__(self, throttle_min_ms: int = 60_000, state: dict | None = None) -> None:
         self.throttle_min_ms = throttle_min_ms
         self.state: dict[str, dict] = dict(state or {})
+        # each device's inputs at its last full fold, when they held no throttle bit: the same inputs
+        # again change nothing and raise nothing (a fold is idempotent then), so they are not folded
+        # again; not kept in the checkpoint (a restored fold folds each device's next fact in full)
+        self._quiet: dict[tuple[str, int | None], tuple] = {}
 
     def observe(self, f: GpuHealthFact) -> list[GpuHealthIncident]:
+        reasons = f.clock_event_reasons
+        bits = None if reasons is None else reasons & (_THERMAL | _POWER)
+        inputs = (f.xid_last, f.ecc_dbe_volatile_total, f.ecc_dbe_aggregate_total, f.row_remap_failure,
+                  f.remapped_rows_uncorrectable, bits)
+        device = (f.gpu_uuid, f.gpu_instance_id)
+        if not bits and self._quiet.get(device) == inputs:
+            return []
+        if bits:
+            self._quiet.pop(device, None)  # a throttle episode depends on time: folded in full
+        else:
+            self._quiet[device] = inputs
         key = f"{f.gpu_uuid}/{'' if f.gpu_instance_id is None else f.gpu_instance_id}"
         st = self.state.setdefault(key, {})
         out: list[tuple[str, int, str, str]] = []  # (kind, code, severity, detail)

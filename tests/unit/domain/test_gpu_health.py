@@ -163,3 +163,39 @@ def test_power_throttling_held_past_the_threshold_is_one_incident_on_its_gpu_and
                                                                  (200_000, slowdown))
              for f in _two_gpus(t, a, 0) for i in fold.observe(f)]
     assert again == [("GPU-a", 200_000, "power_throttle")]
+
+
+def test_a_device_s_unchanged_inputs_skip_the_fold_and_give_what_a_full_fold_gives():
+    """The fold skips a fact whose inputs equal the device's last fully folded ones (no throttle bit
+    held): held to a fold that folds every fact in full, over sequences that mostly repeat, with
+    values reset, missing, rising and throttling, on GPUs and MIG instances, and a checkpoint."""
+    import json
+    import random
+    rng = random.Random(1313)
+    fields = ("xid_last", "ecc_dbe_volatile_total", "ecc_dbe_aggregate_total", "row_remap_failure",
+              "remapped_rows_uncorrectable", "clock_event_reasons")
+    choices = {"xid_last": (None, 0, 0, 13, 79), "ecc_dbe_volatile_total": (None, 0, 1, 2),
+               "ecc_dbe_aggregate_total": (None, 0, 3, 4), "row_remap_failure": (None, 0, 1, 2),
+               "remapped_rows_uncorrectable": (None, 0, 1, 5),
+               "clock_event_reasons": (None, 0, 0x4, 0x8, 0x20, 0x80, 0x4 | 0x40)}
+    base = _scrape(0)
+    devices = [("GPU-a", None), ("GPU-b", None), ("GPU-a", 1), ("GPU-a", 2)]
+    skipped = 0
+    for _run in range(60):
+        quick, full = HealthFold(throttle_min_ms=20_000), HealthFold(throttle_min_ms=20_000)
+        last = {d: {n: rng.choice(choices[n]) for n in fields} for d in devices}
+        for step in range(120):
+            device = rng.choice(devices)
+            if rng.random() < 0.25:  # most scrapes repeat the last values
+                last[device][rng.choice(fields)] = None if rng.random() < 0.1 else rng.choice(choices[rng.choice(fields)])
+            f = replace(base, gpu_uuid=device[0], gpu_instance_id=device[1], observed_at_ms=step * 7_000,
+                        fact_id=f"h{step}", **last[device])
+            full._quiet.clear()  # every fact folded in full
+            state_before = json.dumps(quick.state, sort_keys=True)
+            got, want = quick.observe(f), full.observe(f)
+            assert got == want, (step, f)
+            assert quick.state == full.state
+            skipped += json.dumps(quick.state, sort_keys=True) == state_before and got == []
+            if step == 60:  # a restored fold folds in full again and gives the same
+                quick = HealthFold(throttle_min_ms=20_000, state=json.loads(json.dumps(quick.state)))
+    assert skipped > 3000
