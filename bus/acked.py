@@ -33,7 +33,12 @@ class AckedProducer:
                 self.producer.produce(topic, value=value, key=key)
                 return
             except BufferError:  # the queue is full: wait for the broker to take some
-                self.producer.poll(0.05)
+                self.room()
+
+    def room(self) -> None:
+        """Wait a little for the broker to take some of a full queue (what to do when
+        ``producer.produce`` raises BufferError)."""
+        self.producer.poll(0.05)
 
     def poll(self) -> None:
         self.producer.poll(0)

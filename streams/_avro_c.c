@@ -3,15 +3,7 @@
  * tests/unit/streams/test_avro_writer.py and test_avro_c.py hold the two of each to the same
  * bytes and answers on valid, broken and hostile values.
  *
- * write(header, program, names, record) -> bytes | None
- *   header   the framing the value starts with (bytes)
- *   program  as check_all's (below), one field per name
- *   names    the record's field names, in the schema's order (a tuple of str)
- *   record   the fact's field dict
- * Returns header + the schemaless Avro body, or None for anything it is not sure of (a value
- * of another exact type, a bool for an integer, an integer out of its type's range, a
- * double that is not finite, a string that does not encode as UTF-8, a missing field): the
- * Python writer then writes it or raises, naming the field.
+ * The writer is in streams/_avro_write.c (``write``, ``write_each``).
  *
  * The sink's check walks a poll's values in one call (~0.2 us a fact against ~5 us a fact in
  * Python):
@@ -28,13 +20,10 @@
  * list of each value's kept field (None without one, or when it is null); None as soon as
  * one value is not.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_avro_c.h"  /* Python.h first, as it must be */
+
 #include <stdint.h>
 #include <string.h>
-
-enum { T_STRING = 1, T_LONG = 2, T_INT = 3, T_DOUBLE = 4 };
-enum { OK = 0, BAD = -1, ERR = -2 };  /* ERR: a Python exception is set */
 
 /* Strict UTF-8 as Python's bytes.decode() has it; ASCII without leaving C. */
 static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
@@ -231,154 +220,11 @@ static PyObject *check_all(PyObject *self, PyObject *args) {
     return out;
 }
 
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-    char small[1024];
-} Buf;
-
-static int put(Buf *b, const void *data, Py_ssize_t n) {
-    if (b->n + n > b->cap) {
-        Py_ssize_t cap = (b->n + n) * 2;
-        char *q = b->p == b->small ? PyMem_Malloc(cap) : PyMem_Realloc(b->p, cap);
-        if (q == NULL) {
-            PyErr_NoMemory();
-            return ERR;
-        }
-        if (b->p == b->small)
-            memcpy(q, b->small, b->n);
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, data, n);
-    b->n += n;
-    return OK;
-}
-
-static int put_varint(Buf *b, int64_t v) {
-    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);  /* zigzag */
-    unsigned char out[10];
-    int k = 0;
-    while (z >= 0x80) {
-        out[k++] = (unsigned char)((z & 0x7F) | 0x80);
-        z >>= 7;
-    }
-    out[k++] = (unsigned char)z;
-    return put(b, out, k);
-}
-
-static int write_value(Buf *b, PyObject *v, int type) {
-    switch (type) {
-    case T_STRING: {
-        Py_ssize_t n;
-        const char *s;
-        if (!PyUnicode_CheckExact(v))
-            return BAD;
-        s = PyUnicode_AsUTF8AndSize(v, &n);
-        if (s == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-                return ERR;
-            PyErr_Clear();
-            return BAD;
-        }
-        if (put_varint(b, n) != OK)
-            return ERR;
-        return put(b, s, n) == OK ? OK : ERR;
-    }
-    case T_LONG:
-    case T_INT: {
-        int overflow;
-        long long x;
-        if (!PyLong_CheckExact(v))
-            return BAD;
-        x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow)
-            return BAD;
-        if (x == -1 && PyErr_Occurred())
-            return ERR;
-        if (type == T_INT && (x < INT32_MIN || x > INT32_MAX))
-            return BAD;
-        return put_varint(b, x) == OK ? OK : ERR;
-    }
-    case T_DOUBLE: {
-        double x;
-        if (PyFloat_CheckExact(v)) {
-            x = PyFloat_AS_DOUBLE(v);
-        } else if (PyLong_CheckExact(v)) {
-            x = PyLong_AsDouble(v);  /* float(v), rounded as Python rounds it */
-            if (x == -1.0 && PyErr_Occurred()) {
-                if (!PyErr_ExceptionMatches(PyExc_OverflowError))
-                    return ERR;
-                PyErr_Clear();
-                return BAD;
-            }
-        } else {
-            return BAD;
-        }
-        if (x - x != 0.0)
-            return BAD;
-        return put(b, &x, 8) == OK ? OK : ERR;  /* little-endian hosts only: checked at import */
-    }
-    }
-    return BAD;
-}
-
-static PyObject *write_record(PyObject *self, PyObject *args) {
-    const char *hdr, *prog;
-    Py_ssize_t hlen, plen, i;
-    PyObject *names, *record, *out = NULL;
-    Buf b;
-    int r = OK;
-    if (!PyArg_ParseTuple(args, "y#y#O!O!", &hdr, &hlen, &prog, &plen, &PyTuple_Type, &names, &PyDict_Type, &record))
-        return NULL;
-    if (plen != 2 * PyTuple_GET_SIZE(names)) {
-        PyErr_SetString(PyExc_ValueError, "program: two bytes per name");
-        return NULL;
-    }
-    b.p = b.small;
-    b.n = 0;
-    b.cap = sizeof b.small;
-    if (put(&b, hdr, hlen) != OK)
-        return NULL;
-    for (i = 0; i < plen / 2 && r == OK; i++) {
-        int type = prog[2 * i], null_at = prog[2 * i + 1];
-        PyObject *v = PyDict_GetItemWithError(record, PyTuple_GET_ITEM(names, i));
-        if (v == NULL) {
-            r = PyErr_Occurred() ? ERR : BAD;
-            break;
-        }
-        if (type < T_STRING || type > T_DOUBLE || null_at < 0 || null_at > 2) {
-            PyErr_Format(PyExc_ValueError, "program: field %zd has type %d, union %d", i, type, null_at);
-            r = ERR;
-            break;
-        }
-        if (null_at) {  /* 1: null is branch 0, 2: null is branch 1 */
-            unsigned char branch;
-            if (v == Py_None) {
-                branch = null_at == 1 ? 0 : 2;
-                r = put(&b, &branch, 1);
-                continue;
-            }
-            branch = null_at == 1 ? 2 : 0;
-            if (put(&b, &branch, 1) != OK) {
-                r = ERR;
-                break;
-            }
-        }
-        r = write_value(&b, v, type);
-    }
-    if (r == OK)
-        out = PyBytes_FromStringAndSize(b.p, b.n);
-    if (b.p != b.small)
-        PyMem_Free(b.p);
-    if (r == BAD)
-        Py_RETURN_NONE;
-    return out;  /* NULL with the error set when r == ERR */
-}
-
 static PyMethodDef methods[] = {
-    {"write", write_record, METH_VARARGS,
+    {"write", avro_write_record, METH_VARARGS,
      "write(header, program, names, record) -> bytes | None: see streams/_avro_c.c"},
+    {"write_each", avro_write_each, METH_VARARGS,
+     "write_each(header, program, names, cls, facts, start, emit, topic, on_full) -> int: see streams/_avro_c.c"},
     {"check_all", check_all, METH_VARARGS,
      "check_all(header, program, keep, values) -> list | None: see streams/_avro_c.c"},
     {NULL, NULL, 0, NULL},

@@ -1,5 +1,6 @@
 """What the Avro tests share: random facts of every kind, and the two implementations of the
-fact writer and of the sink's check (Python: streams/avro_writer.py; C: streams/_avro_c.c)."""
+fact writer and of the sink's check (Python: streams/avro_writer.py; C: streams/_avro_write.c and
+_avro_c.c)."""
 
 import dataclasses
 import random

@@ -1,4 +1,4 @@
-"""The C writer and check of facts (streams/_avro_c.c) against their Python references
+"""The C writer and check of facts (streams/_avro_write.c, streams/_avro_c.c) against their Python references
 (streams/avro_writer.py), value by value on spoiled and hostile inputs."""
 
 import dataclasses

@@ -1,0 +1,14 @@
+/* What the two halves of the _avro_c module share (streams/_avro_c.c: the sink's check and the
+ * module; streams/_avro_write.c: the worker's writer). */
+#ifndef GPULEDGER_AVRO_C_H
+#define GPULEDGER_AVRO_C_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+enum { T_STRING = 1, T_LONG = 2, T_INT = 3, T_DOUBLE = 4 };
+enum { OK = 0, BAD = -1, ERR = -2 };  /* ERR: a Python exception is set */
+
+PyObject *avro_write_record(PyObject *self, PyObject *args);
+PyObject *avro_write_each(PyObject *self, PyObject *args);
+
+#endif

@@ -1,0 +1,263 @@
+/* The worker's fact writer of the _avro_c module (see streams/_avro_c.c for the module and the
+ * tests that hold it to streams/avro_writer.py).
+ *
+ * write(header, program, names, record) -> bytes | None
+ *   header   the framing the value starts with (bytes)
+ *   program  as check_all's (streams/_avro_c.c), one field per name
+ *   names    the record's field names, in the schema's order (a tuple of str)
+ *   record   the fact's field dict
+ * Returns header + the schemaless Avro body, or None for anything it is not sure of (a value
+ * of another exact type, a bool for an integer, an integer out of its type's range, a
+ * double that is not finite, a string that does not encode as UTF-8, a missing field): the
+ * Python writer then writes it or raises, naming the field.
+ *
+ * write_each(header, program, names, cls, facts, start, emit, topic, on_full) -> int
+ *   header, program, names   as write's
+ *   cls      the fact class: facts of another exact type are left to the Python path
+ *   facts    a list of facts (dataclass instances, their fields in their __dict__)
+ *   start    the index of the first fact to write
+ *   emit     called emit(topic, value, key) per fact written (a producer's produce): value as
+ *            write returns it, key the fact id in UTF-8
+ *   topic    handed to emit as is
+ *   on_full  called with no argument when emit raises BufferError (a full queue), then emit again
+ * Writes and emits the facts from ``start`` on, in order, and returns the index of the first it
+ * did not (one write would return None for, or of another type, or without a str fact_id), or
+ * len(facts): the caller writes that one its own way and calls again after it. An exception of
+ * emit or on_full other than BufferError is raised, the facts before it emitted.
+ */
+#include "_avro_c.h"  /* Python.h first, as it must be */
+
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+    char small[1024];
+} Buf;
+
+static int put(Buf *b, const void *data, Py_ssize_t n) {
+    if (b->n + n > b->cap) {
+        Py_ssize_t cap = (b->n + n) * 2;
+        char *q = b->p == b->small ? PyMem_Malloc(cap) : PyMem_Realloc(b->p, cap);
+        if (q == NULL) {
+            PyErr_NoMemory();
+            return ERR;
+        }
+        if (b->p == b->small)
+            memcpy(q, b->small, b->n);
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, data, n);
+    b->n += n;
+    return OK;
+}
+
+static int put_varint(Buf *b, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);  /* zigzag */
+    unsigned char out[10];
+    int k = 0;
+    while (z >= 0x80) {
+        out[k++] = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    out[k++] = (unsigned char)z;
+    return put(b, out, k);
+}
+
+static int write_value(Buf *b, PyObject *v, int type) {
+    switch (type) {
+    case T_STRING: {
+        Py_ssize_t n;
+        const char *s;
+        if (!PyUnicode_CheckExact(v))
+            return BAD;
+        s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (s == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                return ERR;
+            PyErr_Clear();
+            return BAD;
+        }
+        if (put_varint(b, n) != OK)
+            return ERR;
+        return put(b, s, n) == OK ? OK : ERR;
+    }
+    case T_LONG:
+    case T_INT: {
+        int overflow;
+        long long x;
+        if (!PyLong_CheckExact(v))
+            return BAD;
+        x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return BAD;
+        if (x == -1 && PyErr_Occurred())
+            return ERR;
+        if (type == T_INT && (x < INT32_MIN || x > INT32_MAX))
+            return BAD;
+        return put_varint(b, x) == OK ? OK : ERR;
+    }
+    case T_DOUBLE: {
+        double x;
+        if (PyFloat_CheckExact(v)) {
+            x = PyFloat_AS_DOUBLE(v);
+        } else if (PyLong_CheckExact(v)) {
+            x = PyLong_AsDouble(v);  /* float(v), rounded as Python rounds it */
+            if (x == -1.0 && PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                    return ERR;
+                PyErr_Clear();
+                return BAD;
+            }
+        } else {
+            return BAD;
+        }
+        if (x - x != 0.0)
+            return BAD;
+        return put(b, &x, 8) == OK ? OK : ERR;  /* little-endian hosts only: checked at import */
+    }
+    }
+    return BAD;
+}
+
+/* header + the record's fields by the program into b (which the caller frees): OK, BAD (not
+ * sure: the Python writer decides) or ERR (an exception is set). */
+static int write_into(Buf *b, const char *hdr, Py_ssize_t hlen, const char *prog, Py_ssize_t plen, PyObject *names,
+                      PyObject *record) {
+    Py_ssize_t i;
+    int r = OK;
+    b->p = b->small;
+    b->n = 0;
+    b->cap = sizeof b->small;
+    if (put(b, hdr, hlen) != OK)
+        return ERR;
+    for (i = 0; i < plen / 2 && r == OK; i++) {
+        int type = prog[2 * i], null_at = prog[2 * i + 1];
+        PyObject *v = PyDict_GetItemWithError(record, PyTuple_GET_ITEM(names, i));
+        if (v == NULL)
+            return PyErr_Occurred() ? ERR : BAD;
+        if (type < T_STRING || type > T_DOUBLE || null_at < 0 || null_at > 2) {
+            PyErr_Format(PyExc_ValueError, "program: field %zd has type %d, union %d", i, type, null_at);
+            return ERR;
+        }
+        if (null_at) {  /* 1: null is branch 0, 2: null is branch 1 */
+            unsigned char branch;
+            if (v == Py_None) {
+                branch = null_at == 1 ? 0 : 2;
+                r = put(b, &branch, 1);
+                continue;
+            }
+            branch = null_at == 1 ? 2 : 0;
+            if (put(b, &branch, 1) != OK)
+                return ERR;
+        }
+        r = write_value(b, v, type);
+    }
+    return r;
+}
+
+PyObject *avro_write_record(PyObject *self, PyObject *args) {
+    const char *hdr, *prog;
+    Py_ssize_t hlen, plen;
+    PyObject *names, *record, *out = NULL;
+    Buf b;
+    int r;
+    if (!PyArg_ParseTuple(args, "y#y#O!O!", &hdr, &hlen, &prog, &plen, &PyTuple_Type, &names, &PyDict_Type, &record))
+        return NULL;
+    if (plen != 2 * PyTuple_GET_SIZE(names)) {
+        PyErr_SetString(PyExc_ValueError, "program: two bytes per name");
+        return NULL;
+    }
+    r = write_into(&b, hdr, hlen, prog, plen, names, record);
+    if (r == OK)
+        out = PyBytes_FromStringAndSize(b.p, b.n);
+    if (b.p != b.small)
+        PyMem_Free(b.p);
+    if (r == BAD)
+        Py_RETURN_NONE;
+    return out;  /* NULL with the error set when r == ERR */
+}
+
+/* emit(topic, value, key); while it raises BufferError (a full producer queue), on_full() and
+ * again. 0, or -1 with the error set. */
+static int emit_one(PyObject *emit, PyObject *topic, PyObject *value, PyObject *key, PyObject *on_full) {
+    PyObject *args[3] = {topic, value, key};
+    for (;;) {
+        PyObject *got = PyObject_Vectorcall(emit, args, 3, NULL);
+        if (got != NULL) {
+            Py_DECREF(got);
+            return 0;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_BufferError))
+            return -1;
+        PyErr_Clear();
+        if ((got = PyObject_CallNoArgs(on_full)) == NULL)
+            return -1;
+        Py_DECREF(got);
+    }
+}
+
+PyObject *avro_write_each(PyObject *self, PyObject *args) {
+    const char *hdr, *prog;
+    Py_ssize_t hlen, plen, start, i;
+    PyObject *names, *cls, *facts, *emit, *topic, *on_full, *fact_id_name;
+    if (!PyArg_ParseTuple(args, "y#y#O!OO!nOUO", &hdr, &hlen, &prog, &plen, &PyTuple_Type, &names, &cls,
+                          &PyList_Type, &facts, &start, &emit, &topic, &on_full))
+        return NULL;
+    if (plen != 2 * PyTuple_GET_SIZE(names)) {
+        PyErr_SetString(PyExc_ValueError, "program: two bytes per name");
+        return NULL;
+    }
+    if ((fact_id_name = PyUnicode_InternFromString("fact_id")) == NULL)
+        return NULL;
+    for (i = start < 0 ? 0 : start; i < PyList_GET_SIZE(facts); i++) {
+        PyObject *fact = PyList_GET_ITEM(facts, i), *record, *fact_id, *value, *key;
+        const char *id;
+        Py_ssize_t id_len;
+        Buf b;
+        int r, failed;
+        if ((PyObject *)Py_TYPE(fact) != cls)
+            break;  /* the Python path says what is wrong with it */
+        Py_INCREF(fact);  /* emit may run code that changes the list */
+        if ((record = PyObject_GenericGetDict(fact, NULL)) == NULL) {  /* fact.__dict__ */
+            Py_DECREF(fact);
+            goto error;
+        }
+        if (!PyDict_CheckExact(record) || (fact_id = PyDict_GetItemWithError(record, fact_id_name)) == NULL
+                || !PyUnicode_CheckExact(fact_id) || (id = PyUnicode_AsUTF8AndSize(fact_id, &id_len)) == NULL) {
+            Py_DECREF(record);
+            Py_DECREF(fact);
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                goto error;
+            PyErr_Clear();
+            break;
+        }
+        r = write_into(&b, hdr, hlen, prog, plen, names, record);
+        value = r == OK ? PyBytes_FromStringAndSize(b.p, b.n) : NULL;
+        if (b.p != b.small)
+            PyMem_Free(b.p);
+        key = value == NULL ? NULL : PyBytes_FromStringAndSize(id, id_len);
+        Py_DECREF(record);
+        if (key == NULL) {
+            Py_XDECREF(value);
+            Py_DECREF(fact);
+            if (r == BAD)
+                break;
+            goto error;
+        }
+        failed = emit_one(emit, topic, value, key, on_full);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        Py_DECREF(fact);
+        if (failed)
+            goto error;
+    }
+    Py_DECREF(fact_id_name);
+    return PyLong_FromSsize_t(i);
+error:
+    Py_DECREF(fact_id_name);
+    return NULL;
+}
+

@@ -1,0 +1,127 @@
+"""``emit_encoded`` (the C writer's ``write_each`` for runs of facts, the Python path for the
+rest) hands a producer what ``iter_encoded`` gives, fact for fact, in order, with the same
+bytes; it waits out a full queue; and a fact that cannot be encoded goes to ``on_error`` or
+raises, as in ``iter_encoded``."""
+
+import dataclasses
+import math
+import random
+
+import pytest
+
+from avro_cases import random_fact
+from gpuledger.domain.facts import FactBatch
+from gpuledger.streams import _avro_c
+from gpuledger.streams.fact_codec import _CODECS, FACT_KINDS, FactCodecError, emit_encoded, iter_encoded
+
+TOPICS = {kind: f"facts.{kind}" for kind in FACT_KINDS}
+
+
+class Queue:
+    """A producer's produce and the wait for room: with ``full_every`` > 0, after every so many
+    records taken it refuses with BufferError, as a full librdkafka queue does, until
+    ``on_full`` makes room."""
+
+    def __init__(self, full_every: int = 0) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+        self.full_every, self.calls, self.waits, self.taken_since_wait = full_every, 0, 0, 0
+
+    def produce(self, topic: str, value: bytes, key: bytes) -> None:
+        self.calls += 1
+        if self.full_every and self.taken_since_wait >= self.full_every:
+            raise BufferError("Local: Queue full")
+        self.taken_since_wait += 1
+        self.sent.append((topic, value, key))
+
+    def on_full(self) -> None:
+        self.waits += 1
+        self.taken_since_wait = 0
+
+
+def _hostile(kind: str, fact, rng: random.Random):
+    """A fact the C writer leaves to the Python path: a value of another type or out of range, one
+    the wire refuses, or an object that is not the kind's class at all."""
+    codec = _CODECS[kind]
+    ints = [n for n, _lo, _hi in codec.ints]
+    floats = list(codec.floats)
+    choice = rng.randrange(5)
+    if choice == 0 and floats:
+        return dataclasses.replace(fact, **{rng.choice(floats): math.nan})  # refused: FactCodecError
+    if choice == 1 and ints:
+        return dataclasses.replace(fact, **{rng.choice(ints): 2 ** 70})  # refused: out of range
+    if choice == 2 and floats:
+        return dataclasses.replace(fact, **{rng.choice(floats): 3})  # an int for a double: written by Python
+    if choice == 3:
+        return dataclasses.replace(fact, fact_id="id-\u00e9\u65e5")  # not ASCII: still the C writer's
+    return object()  # not a fact: FactCodecError
+
+
+def _batch(rng: random.Random, hostile: float) -> FactBatch:
+    batch = FactBatch()
+    for kind in FACT_KINDS:
+        facts = []
+        for _ in range(rng.choice((0, 1, 3, 40))):
+            f = random_fact(kind, rng)
+            facts.append(_hostile(kind, f, rng) if rng.random() < hostile else f)
+        setattr(batch, kind, facts)
+    return batch
+
+
+@pytest.mark.parametrize("full_every", [0, 1, 7])
+def test_what_the_producer_gets_is_what_iter_encoded_gives(full_every):
+    rng = random.Random(4242 + full_every)
+    total = hostile_seen = 0
+    for _ in range(60):
+        batch = _batch(rng, hostile=rng.choice((0.0, 0.05, 0.3)))
+        want_errors, got_errors = [], []
+        want = [(TOPICS[k], v, key) for k, key, v in
+                iter_encoded(batch, lambda kind, f, exc: want_errors.append((kind, id(f), str(exc))))]
+        queue = Queue(full_every)
+        emitted = emit_encoded(batch, TOPICS, queue.produce, queue.on_full,
+                               lambda kind, f, exc: got_errors.append((kind, id(f), str(exc))))
+        assert queue.sent == want
+        assert emitted == len(want)
+        assert got_errors == want_errors
+        assert queue.waits == (queue.calls - len(want))  # every refusal waited out, none lost
+        total += len(want)
+        hostile_seen += len(want_errors)
+    assert total > 2000 and hostile_seen > 30
+
+
+def test_without_on_error_an_unencodable_fact_raises_after_the_ones_before_it_went_out():
+    rng = random.Random(7)
+    good = [random_fact("utilization", rng) for _ in range(5)]
+    bad = dataclasses.replace(good[0], sm_active_ratio=math.inf)
+    batch = FactBatch(utilization=[*good[:3], bad, *good[3:]])
+    queue = Queue()
+    with pytest.raises(FactCodecError, match="sm_active_ratio"):
+        emit_encoded(batch, TOPICS, queue.produce, queue.on_full)
+    assert [key for _t, _v, key in queue.sent] == [f.fact_id.encode() for f in good[:3]]
+
+
+def test_the_c_writer_takes_the_facts_it_can_and_stops_at_the_first_it_cannot():
+    rng = random.Random(9)
+    codec = _CODECS["capacity"]
+    facts = [random_fact("capacity", rng) for _ in range(6)]
+    facts[4] = dataclasses.replace(facts[4], fact_id=7)  # no str fact id: the Python path says what is wrong
+    queue = Queue()
+    assert codec.c_each(facts, 1, queue.produce, "t", queue.on_full) == 4
+    assert [key for _t, _v, key in queue.sent] == [f.fact_id.encode() for f in facts[1:4]]
+    assert codec.c_each(facts, 5, queue.produce, "t", queue.on_full) == 6
+    assert codec.c_each([], 0, queue.produce, "t", queue.on_full) == 0
+
+
+def test_an_error_of_the_producer_is_raised_after_the_facts_before_it_went_out():
+    rng = random.Random(11)
+    facts = [random_fact("health", rng) for _ in range(4)]
+    sent = []
+
+    def produce(topic, value, key):
+        if len(sent) == 2:
+            raise RuntimeError("broker gone")
+        sent.append(key)
+    with pytest.raises(RuntimeError, match="broker gone"):
+        _CODECS["health"].c_each(facts, 0, produce, "t", lambda: None)
+    assert sent == [f.fact_id.encode() for f in facts[:2]]
+    with pytest.raises(TypeError):
+        _avro_c.write_each(b"", b"", (), object, "not a list", 0, produce, "t", lambda: None)
