@@ -7,13 +7,15 @@
  *
  * setup(miss, value, lenient, unterminated, repeated, blank_reason, sentinel, fp64_blank,
  *       fp64_blank_end, int64_limit): the helpers and constants of domain/dcgm.py, once.
- * walk(lines, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> parsed
+ * walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> parsed:
+ *       domain/dcgm.py ``_walk`` over text.splitlines(), without making the lines
  * samples(keys, per_gpu, models, pod_values, per_pod, cls) -> the scrape's samples, as
  *       domain/dcgm.py ``_samples`` builds them from what the walk gathered (or None)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <string.h>
 
 static PyObject *miss, *value_of, *lenient, *unterminated, *repeated, *blank_reason;
 static double sentinel, fp64_blank, fp64_blank_end, int64_limit;
@@ -38,26 +40,32 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 
 /* float() of an ASCII " 0.5" (blanks, one number, blanks) without making a str of it: NULL
  * with no error set when the text is anything else (then float() itself is asked). */
-static PyObject *plain_float(PyObject *line, Py_ssize_t from) {
-    const char *s, *end;
+static PyObject *plain_float(PyObject *text, Py_ssize_t from, Py_ssize_t to) {
+    const char *s, *end, *stop;
+    char held;
     double v;
-    if (!PyUnicode_IS_ASCII(line))
+    if (!PyUnicode_IS_ASCII(text))
         return NULL;
-    s = (const char *)PyUnicode_DATA(line) + from;
-    while (*s == ' ' || *s == '\t')
+    s = (const char *)PyUnicode_DATA(text) + from;
+    stop = (const char *)PyUnicode_DATA(text) + to;
+    while (s < stop && (*s == ' ' || *s == '\t'))
         s++;
-    if (*s == '\0')
+    if (s == stop)
+        return NULL;
+    held = *stop;  /* the line's end: a line break, or the text's NUL; strtod stops at either */
+    if (held != '\0' && held != '\n' && held != '\r' && held != '\v' && held != '\f' && held != 0x1c && held != 0x1d
+            && held != 0x1e)
         return NULL;
     v = PyOS_string_to_double(s, (char **)&end, NULL);
     if (v == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
         return NULL;
     }
-    if (end == s)
+    if (end == s || end > stop)
         return NULL;
-    while (*end == ' ' || *end == '\t')
+    while (end < stop && (*end == ' ' || *end == '\t'))
         end++;
-    if (*end != '\0')
+    if (end != stop)
         return NULL;  /* a timestamp, an underscore, anything else: float() decides */
     return PyFloat_FromDouble(v);
 }
@@ -157,35 +165,40 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
     return r;
 }
 
-/* One line; returns 1 when it was parsed as an attribution value, 0 otherwise, -1 on error. */
-static int walk_line(PyObject *line, PyObject *cache, PyObject *from_old, PyObject *per_gpu, PyObject *models,
-                     PyObject *pod_values, PyObject *health_out, PyObject *skipped) {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(line), brace, close, rest_from = 0;
-    PyObject *series = NULL, *rest = NULL, *info = NULL, *value = NULL;
+/* One line, text[start:end] (made a str only for what the Python helpers are handed); returns 1
+ * when it was parsed as an attribution value, 0 otherwise, -1 on error. */
+static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, PyObject *cache, PyObject *from_old,
+                     PyObject *per_gpu, PyObject *models, PyObject *pod_values, PyObject *health_out,
+                     PyObject *skipped) {
+    Py_ssize_t brace, close, rest_from = start;
+    PyObject *series = NULL, *rest = NULL, *info = NULL, *value = NULL, *line = NULL;
     PyObject *field, *key, *model, *reason, *pod, *low, *high, *implausible, *ratio, *health;
     int result = -1;
-    if (n == 0 || PyUnicode_READ_CHAR(line, 0) == '#')
+#define LINE() (line != NULL ? line : (line = PyUnicode_Substring(text, start, n)))
+    if (n == start || PyUnicode_READ_CHAR(text, start) == '#')
         return 0;
-    brace = PyUnicode_FindChar(line, '{', 0, n, 1);
+    brace = PyUnicode_FindChar(text, '{', start, n, 1);
     if (brace == -2)
         return -1;
     if (brace >= 0) {
-        close = PyUnicode_FindChar(line, '}', 0, n, -1);
+        close = PyUnicode_FindChar(text, '}', start, n, -1);
         if (close == -2)
             return -1;
         if (close < brace) {
-            PyObject *r = PyObject_CallOneArg(unterminated, line);
+            PyObject *r = LINE() == NULL ? NULL : PyObject_CallOneArg(unterminated, line);
             Py_XDECREF(r);
+            Py_XDECREF(line);
             return -1;
         }
-        series = PyUnicode_Substring(line, 0, close + 1);
+        series = PyUnicode_Substring(text, start, close + 1);
         rest_from = close + 1;
+        brace -= start;
     } else {
-        Py_ssize_t space = PyUnicode_FindChar(line, ' ', 0, n, 1);
+        Py_ssize_t space = PyUnicode_FindChar(text, ' ', start, n, 1);
         PyObject *name;
         if (space == -2)
             return -1;
-        name = PyUnicode_Substring(line, 0, space < 0 ? n : space);
+        name = PyUnicode_Substring(text, start, space < 0 ? n : space);
         rest_from = space < 0 ? n : space + 1;
         if (name == NULL)
             return -1;
@@ -196,7 +209,7 @@ static int walk_line(PyObject *line, PyObject *cache, PyObject *from_old, PyObje
     if (series == NULL)
         goto done;
     /* the value's text; made a str only for what the Python helpers are handed */
-#define REST() (rest != NULL ? rest : (rest = PyUnicode_Substring(line, rest_from, n)))
+#define REST() (rest != NULL ? rest : (rest = PyUnicode_Substring(text, rest_from, n)))
     info = PyDict_GetItemWithError(cache, series);
     if (info != NULL) {
         Py_INCREF(info);
@@ -211,7 +224,8 @@ static int walk_line(PyObject *line, PyObject *cache, PyObject *from_old, PyObje
             Py_DECREF(info);
             if (b == NULL)
                 goto done;
-            info = REST() == NULL ? NULL : PyObject_CallFunctionObjArgs(miss, series, b, rest, line, NULL);
+            info = REST() == NULL || LINE() == NULL ? NULL
+                                                    : PyObject_CallFunctionObjArgs(miss, series, b, rest, line, NULL);
             Py_DECREF(b);
             if (info == NULL)
                 goto done;
@@ -232,9 +246,9 @@ static int walk_line(PyObject *line, PyObject *cache, PyObject *from_old, PyObje
     ratio = PyTuple_GET_ITEM(info, 8);
     health = PyTuple_GET_ITEM(info, 9);
     if (field != Py_None || health != Py_None)
-        value = plain_float(line, rest_from);  /* None is never float()'s answer: the helpers are asked below */
+        value = plain_float(text, rest_from, n);  /* None is never float()'s answer: the helpers are asked below */
     if (field != Py_None && value == NULL) {
-        if (REST() == NULL)
+        if (REST() == NULL || LINE() == NULL)
             goto done;
         value = read_value(rest, line, value_of);
         if (value == NULL)
@@ -297,33 +311,50 @@ done:
     Py_XDECREF(rest);
     Py_XDECREF(info);
     Py_XDECREF(value);
+    Py_XDECREF(line);
     return result;
+#undef LINE
 }
 
-static PyObject *walk(PyObject *self, PyObject *args) {
-    PyObject *lines, *cache, *from_old, *per_gpu, *models, *pod_values, *health_out, *skipped;
-    Py_ssize_t i, parsed = 0;
+/* The walk over a scrape's text: the lines str.splitlines() gives, without making them (~45 str a
+ * sample). ASCII text without \r, \v, \f or \x1c-\x1e (a scrape as exporters write it) splits
+ * at \n alone, found with memchr; any other text by Py_UNICODE_ISLINEBREAK, as splitlines. */
+static PyObject *walk_text(PyObject *self, PyObject *args) {
+    PyObject *text, *cache, *from_old, *per_gpu, *models, *pod_values, *health_out, *skipped;
+    Py_ssize_t len, i = 0, parsed = 0;
+    int kind, plain;
+    const void *data;
     if (miss == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_dcgm_walk.setup() was not called");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!O!", &PyList_Type, &lines, &PyDict_Type, &cache, &from_old, &PyDict_Type,
-                          &per_gpu, &PyDict_Type, &models, &PyDict_Type, &pod_values, &PyDict_Type, &health_out,
-                          &PyDict_Type, &skipped))
+    if (!PyArg_ParseTuple(args, "UO!OO!O!O!O!O!", &text, &PyDict_Type, &cache, &from_old, &PyDict_Type, &per_gpu,
+                          &PyDict_Type, &models, &PyDict_Type, &pod_values, &PyDict_Type, &health_out, &PyDict_Type,
+                          &skipped))
         return NULL;
-    for (i = 0; i < PyList_GET_SIZE(lines); i++) {
-        PyObject *line = PyList_GET_ITEM(lines, i);
+    len = PyUnicode_GET_LENGTH(text);
+    kind = PyUnicode_KIND(text);
+    data = PyUnicode_DATA(text);
+    /* strcspn stops at a NUL too: a text with one takes the general loop */
+    plain = PyUnicode_IS_ASCII(text) && (Py_ssize_t)strcspn((const char *)data, "\r\v\f\x1c\x1d\x1e") == len;
+    while (i < len) {
+        Py_ssize_t end;
         int r;
-        if (!PyUnicode_CheckExact(line)) {
-            PyErr_SetString(PyExc_TypeError, "lines are str");
-            return NULL;
+        if (plain) {
+            const char *nl = memchr((const char *)data + i, '\n', (size_t)(len - i));
+            end = nl == NULL ? len : nl - (const char *)data;
+        } else {
+            for (end = i; end < len && !Py_UNICODE_ISLINEBREAK(PyUnicode_READ(kind, data, end)); end++)
+                ;
         }
-        Py_INCREF(line);
-        r = walk_line(line, cache, from_old, per_gpu, models, pod_values, health_out, skipped);
-        Py_DECREF(line);
+        r = walk_line(text, i, end, cache, from_old, per_gpu, models, pod_values, health_out, skipped);
         if (r < 0)
             return NULL;
         parsed += r;
+        i = end + 1;
+        if (!plain && end + 1 < len && PyUnicode_READ(kind, data, end) == '\r'
+                && PyUnicode_READ(kind, data, end + 1) == '\n')
+            i++;
     }
     return PyLong_FromSsize_t(parsed);
 }
@@ -473,8 +504,8 @@ static PyMethodDef methods[] = {
                                    "fp64_blank, fp64_blank_end, int64_limit)"},
     {"samples", samples, METH_VARARGS, "samples(keys, per_gpu, models, pod_values, per_pod, cls) -> [DeviceSample] "
                                        "or None: see domain/_dcgm_walk.c"},
-    {"walk", walk, METH_VARARGS, "walk(lines, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> "
-                                 "parsed: see domain/_dcgm_walk.c"},
+    {"walk_text", walk_text, METH_VARARGS, "walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, "
+     "skipped) -> parsed: walk over text.splitlines()"},
     {NULL, NULL, 0, NULL},
 };
 

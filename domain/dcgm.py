@@ -355,7 +355,7 @@ except ImportError:  # pragma: no cover — tests/unit/domain/test_dcgm_walk.py 
 else:
     _dcgm_walk.setup(_miss, _value, _lenient, _unterminated, _REPEATED, _BLANK, _SENTINEL_MIN,
                      _FP64_BLANK, _FP64_BLANK + 16, _INT64_LIMIT)
-    _c_walk, _c_samples = _dcgm_walk.walk, _dcgm_walk.samples
+    _c_walk, _c_samples = _dcgm_walk.walk_text, _dcgm_walk.samples
 
 
 def parse_exposition(text: str) -> DcgmParse:
@@ -365,10 +365,13 @@ def parse_exposition(text: str) -> DcgmParse:
     pod_values: dict[tuple, dict[str, dict[tuple, float]]] = {}  # key -> field -> pod -> value
     health_out: dict[HealthDevice, dict[str, float | int]] = {}
     skipped: dict[str, int] = {}
-    lines = text.splitlines()
-    _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape
-    parsed = (_walk if _c_walk is None else _c_walk)(lines, _SERIES.young, _SERIES.from_old, per_gpu, models,
-                                                      pod_values, health_out, skipped)
+    if _c_walk is None:
+        lines = text.splitlines()
+        _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape
+        parsed = _walk(lines, _SERIES.young, _SERIES.from_old, per_gpu, models, pod_values, health_out, skipped)
+    else:  # the same walk over the same lines, in C, without making them
+        _age_caches(text.count("\n"))  # a scrape's lines as exporters end them
+        parsed = _c_walk(text, _SERIES.young, _SERIES.from_old, per_gpu, models, pod_values, health_out, skipped)
     keys = sorted(per_gpu, key=_device_order)
     samples = None if _c_samples is None else _c_samples(keys, per_gpu, models, pod_values, _per_pod, DeviceSample)
     if samples is None:

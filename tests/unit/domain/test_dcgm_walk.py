@@ -35,7 +35,7 @@ def _both(text: str) -> tuple:
     """The outcome of the C walk and of the Python one, each from empty caches, then each again
     from the caches its first run filled (a hit takes other steps than a miss)."""
     out = []
-    for walk in (_dcgm_walk.walk, None):
+    for walk in (_dcgm_walk.walk_text, None):
         _fresh_caches()
         first = _outcome(text, walk)
         out.append((first, _outcome(text, walk)))
@@ -44,7 +44,7 @@ def _both(text: str) -> tuple:
 
 
 def test_the_build_is_in_use():
-    assert dcgm._c_walk is _dcgm_walk.walk and dcgm._c_samples is _dcgm_walk.samples
+    assert dcgm._c_walk is _dcgm_walk.walk_text and dcgm._c_samples is _dcgm_walk.samples
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.txt")))
@@ -91,7 +91,7 @@ def test_spoiled_lines_every_way():
     the same result or the same error, line order and repeats included."""
     rng = random.Random(17)
     seen = {"parses": 0, "raises": 0}
-    for _ in range(600):
+    for _ in range(1500):
         lines = []
         for _ in range(rng.randrange(1, 12)):
             name = rng.choice(_NAMES)
@@ -99,8 +99,14 @@ def test_spoiled_lines_every_way():
                 lines.append(name)
                 continue
             lines.append(f"{name}{rng.choice(_LABELS)} {rng.choice(_VALUES)}")
-        sep = rng.choice(["\n", "\r\n", "\n\n", "\x0c"])
-        text = sep.join(lines) + rng.choice(["", "\n"])
+        seps = ["\n", "\r\n", "\n\n", "\x0c", "\r", "\x0b", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029",
+                "\r\r\n", "\n\r", "\x00\n"]
+        if rng.random() < 0.5:  # one line break throughout, as an exporter writes
+            sep = rng.choice(seps)
+            text = sep.join(lines)
+        else:  # any mix: the C walk splits where splitlines() does
+            text = "".join(line + rng.choice(seps) for line in lines)
+        text += rng.choice(["", "\n", "\r", "\r\n", "\u2028"])
         c, py = _both(text)
         assert c == py, text
         seen[c[0][0]] += 1
