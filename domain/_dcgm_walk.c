@@ -7,8 +7,9 @@
  *
  * setup(miss, value, lenient, unterminated, repeated, blank_reason, sentinel, fp64_blank,
  *       fp64_blank_end, int64_limit): the helpers and constants of domain/dcgm.py, once.
- * walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> parsed:
- *       domain/dcgm.py ``_walk`` over text.splitlines(), without making the lines
+ * walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> (parsed,
+ *       lines): domain/dcgm.py ``_walk`` over text.splitlines(), without making the lines, and
+ *       how many lines there were
  * samples(keys, per_gpu, models, pod_values, per_pod, cls) -> the scrape's samples, as
  *       domain/dcgm.py ``_samples`` builds them from what the walk gathered (or None); in
  *       domain/_dcgm_samples.c
@@ -322,7 +323,7 @@ done:
  * at \n alone, found with memchr; any other text by Py_UNICODE_ISLINEBREAK, as splitlines. */
 static PyObject *walk_text(PyObject *self, PyObject *args) {
     PyObject *text, *cache, *from_old, *per_gpu, *models, *pod_values, *health_out, *skipped;
-    Py_ssize_t len, i = 0, parsed = 0;
+    Py_ssize_t len, i = 0, parsed = 0, lines = 0;
     int kind, plain;
     const void *data;
     if (miss == NULL) {
@@ -352,12 +353,13 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
         if (r < 0)
             return NULL;
         parsed += r;
+        lines++;
         i = end + 1;
         if (!plain && end + 1 < len && PyUnicode_READ(kind, data, end) == '\r'
                 && PyUnicode_READ(kind, data, end + 1) == '\n')
             i++;
     }
-    return PyLong_FromSsize_t(parsed);
+    return Py_BuildValue("(nn)", parsed, lines);
 }
 
 static PyMethodDef methods[] = {
@@ -366,7 +368,7 @@ static PyMethodDef methods[] = {
     {"samples", dcgm_samples, METH_VARARGS, "samples(keys, per_gpu, models, pod_values, per_pod, cls) -> [DeviceSample] "
                                        "or None: see domain/_dcgm_samples.c"},
     {"walk_text", walk_text, METH_VARARGS, "walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, "
-     "skipped) -> parsed: walk over text.splitlines()"},
+     "skipped) -> (parsed, lines): walk over text.splitlines()"},
     {NULL, NULL, 0, NULL},
 };
 

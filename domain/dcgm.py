@@ -370,8 +370,9 @@ def parse_exposition(text: str) -> DcgmParse:
         _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape
         parsed = _walk(lines, _SERIES.young, _SERIES.from_old, per_gpu, models, pod_values, health_out, skipped)
     else:  # the same walk over the same lines, in C, without making them
-        _age_caches(text.count("\n"))  # a scrape's lines as exporters end them
-        parsed = _c_walk(text, _SERIES.young, _SERIES.from_old, per_gpu, models, pod_values, health_out, skipped)
+        parsed, lines_walked = _c_walk(text, _SERIES.young, _SERIES.from_old, per_gpu, models, pod_values, health_out,
+                                       skipped)
+        _age_caches(lines_walked)  # after the walk, between two scrapes too
     keys = sorted(per_gpu, key=_device_order)
     samples = None if _c_samples is None else _c_samples(keys, per_gpu, models, pod_values, _per_pod, DeviceSample)
     if samples is None:

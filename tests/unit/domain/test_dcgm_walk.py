@@ -110,6 +110,9 @@ def test_spoiled_lines_every_way():
         c, py = _both(text)
         assert c == py, text
         seen[c[0][0]] += 1
+        if c[0][0] == "parses":  # and it walked the lines splitlines() gives, no more, no fewer
+            walked = _dcgm_walk.walk_text(text, {}, lambda _series: None, {}, {}, {}, {}, {})
+            assert walked[1] == len(text.splitlines()), text
     assert seen["parses"] > 100 and seen["raises"] > 100, seen
 
 
