@@ -29,15 +29,18 @@ MAX_STALE_CEILING_MS = 7_200_000
 
 @dataclass
 class Cadence:
-    """The recent intervals of one source, oldest first."""
+    """The recent intervals of one source, oldest first. They change through ``step`` only:
+    the median is worked out once per change (it is asked for every scrape and snapshot)."""
 
     intervals_ms: list[int] = field(default_factory=list)
+    _median: int | None = field(default=None, init=False, repr=False, compare=False)
+    _known: bool = field(default=False, init=False, repr=False, compare=False)
 
     def median_ms(self) -> int | None:
-        if not self.intervals_ms:
-            return None
-        ordered = sorted(self.intervals_ms)
-        return ordered[len(ordered) // 2]
+        if not self._known:
+            ordered = sorted(self.intervals_ms)
+            self._median, self._known = (ordered[len(ordered) // 2] if ordered else None), True
+        return self._median
 
     def stale_after_ms(self, ceiling_ms: int) -> int:
         """The longest interval a sample can stand for."""
@@ -51,6 +54,7 @@ class Cadence:
         if end == next_ms:
             self.intervals_ms.append(next_ms - last_ms)
             del self.intervals_ms[:-WINDOW]
+            self._known = False
         return end
 
 

@@ -97,13 +97,15 @@ class WorkerMetrics:
         for topic, n in per_topic.items():
             self.records.labels(topic).inc(n)
 
-    def flushed(self, capacity: int, utilization: int, requests: int, demand: int, pending_samples: int,
+    def flushed(self, capacity: int, utilization: int, requests: int, demand: int, pending_samples: int | None,
                 seconds: float) -> None:
-        """A batch was written: its fact counts and how long the write took."""
+        """A batch was written: its fact counts and how long the write took (``pending_samples``:
+        None leaves the gauge as it stands, for a caller that counts them less often)."""
         for table, n in zip(_TABLES, (capacity, utilization, requests, demand)):
             if n:
                 self.facts.labels(table).inc(n)
-        self.pending_samples.set(pending_samples)
+        if pending_samples is not None:
+            self.pending_samples.set(pending_samples)
         self.flush_seconds.observe(seconds)
         self.last_flush.set(time.time())
 

@@ -35,3 +35,21 @@ def test_the_median_ignores_one_off_outliers_and_the_window_is_bounded():
         c.step(t, t + interval, CEILING_MS)
         t += interval
     assert c.median_ms() == 10_000 and len(c.intervals_ms) == 9
+
+
+def test_the_median_follows_every_step_it_is_asked_between():
+    """The median is worked out once per learnt interval: asked between steps (cached) it is
+    always the median of the intervals as they stand, and a cadence restored from them agrees."""
+    import random
+
+    rng = random.Random(7)
+    c = Cadence()
+    t = 0
+    for _ in range(2_000):
+        nxt = t + rng.choice([5_000, 10_000, 10_000, 30_000, 60_000, 400_000])
+        c.step(t, nxt, CEILING_MS)
+        t = nxt
+        ordered = sorted(c.intervals_ms)
+        expect = ordered[len(ordered) // 2] if ordered else None
+        assert c.median_ms() == expect == Cadence(list(c.intervals_ms)).median_ms()
+        assert c.stale_after_ms(CEILING_MS) == (CEILING_MS if expect is None else min(CEILING_MS, 4 * expect))
