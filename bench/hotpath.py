@@ -24,7 +24,7 @@ from gpuledger.bus.topics import Topics
 from gpuledger.schemas import Codec
 from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.engine import Engine
-from gpuledger.streams.fact_codec import emit_encoded
+from gpuledger.streams.fact_batches import emit_batched
 
 __all__ = ["MemoryPublisher", "engine_over", "main", "run"]
 
@@ -68,7 +68,7 @@ def engine_over(pub: MemoryPublisher, topics: Topics, dead_letter) -> tuple[Engi
     return engine, placed
 
 
-def _dropped(*_args) -> None:
+def _dropped(*_args, **_kwargs) -> None:
     """A producer's produce that keeps nothing (and the wait for room it never needs)."""
 
 
@@ -113,7 +113,7 @@ def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress
         if i % advance_every == 0 or i == len(placed):
             batch = engine.advance(closing=i == len(placed))
             c2 = time.process_time()
-            facts += emit_encoded(batch, fact_topics, _dropped, _dropped)  # as a worker, to a producer that drops
+            facts += emit_batched(batch, fact_topics, _dropped, _dropped)  # as a worker, to a producer that drops
             advance_s += c2 - c1
             encode_s += time.process_time() - c2
     samples = counts["device_samples"]

@@ -8,8 +8,9 @@
   cards, credits, endpoints) is kept, in order, forever (delete policy, no retention limit;
   never compacted to the latest per key). A replay of a closed period reads it up to where
   that period closed, so documents published later do not change what it reproduces.
-- Fact topics carry the workers' facts to the sink (keyed by fact id, kept a week: the
-  sink's lag allowance; ClickHouse holds them after, and they can always be rebuilt from
+- Fact topics carry the workers' facts to the sink (kept a week: the sink's lag allowance;
+  capacity, utilization and health facts many to a record, a batch keyed by its first fact's
+  id, streams/fact_batches.py; the other kinds one to a record, keyed by fact id; ClickHouse holds them after, and they can always be rebuilt from
   the source topics with ``gpuledger replay``). ``facts.progress`` (compacted) says how far
   each unit and the broadcast have read: the ledger's sources.
 - State topics are the workers' changelogs (compacted): a unit's snapshot is on the unit's

@@ -1,7 +1,9 @@
 """``gpuledger sink``: the fact topics into ClickHouse, in large columnar batches.
 
 The sink's consumer group reads the fact topics (capacity, utilization, requests, demand),
-``facts.progress`` and the reference documents. Per batch:
+``facts.progress`` and the reference documents. A batch record of the bulk kinds
+(streams/fact_batches.py) is split into its facts first; one that is not a whole batch is
+dead-lettered whole with its position. Per batch:
 
   1. decode the facts of each kind in one call and write them (idempotent: the tables
      deduplicate by fact id, so a batch written twice after a crash changes nothing); a row
@@ -33,6 +35,7 @@ from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.fact_sink import FactSink
 from gpuledger.sinks.freshness import FreshnessHistogram
 from gpuledger.sinks.progress import progress_checkpoint
+from gpuledger.streams.fact_batches import is_batch
 from gpuledger.streams.engine import REFERENCE_PARSERS
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
 from gpuledger.bus.topics import Topics
@@ -40,6 +43,8 @@ from gpuledger.bus.topics import Topics
 __all__ = ["SinkLoop", "SinkStopped"]
 
 log = logging.getLogger(__name__)
+
+POLL_RECORDS = 1_000  # records one poll takes at most
 
 
 class SinkStopped(RuntimeError):
@@ -63,31 +68,56 @@ class SinkLoop:
         self.reference_stops = dict(reference_stops) if reference_stops is not None else None  # "topic:p" -> stop
         self.consumer = Consumer({"bootstrap.servers": bootstrap, **self.client, "group.id": group,
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
-                                  "fetch.max.bytes": 52_428_800,
-                                  "max.partition.fetch.bytes": 8_388_608, "queued.max.messages.kbytes": 65_536,
+                                  # fetched ahead, compressed: batch records hold ~5x that decoded, and
+                                  # a write takes ~batch_records facts (~10 MB) at a time
+                                  "fetch.max.bytes": 16_777_216,
+                                  "max.partition.fetch.bytes": 4_194_304, "queued.max.messages.kbytes": 16_384,
                                   "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
                                   "max.poll.interval.ms": 900_000})
         self.consumer.subscribe(self.names)
+        self.facts_per_record = 1_000.0  # facts a record read holds, as the last poll found (a batch: ~1,000)
         self.written = {"capacity": 0, "utilization": 0, "requests": 0, "demand": 0, "models": 0}
         self.positions: dict[str, int] = {}
         self.freshness = FreshnessHistogram()  # observed_at -> stored, of utilization facts (sinks/freshness.py)
         self.wall_ms = lambda: int(time.time() * 1000)
 
     def step(self, timeout_s: float = 0.5) -> int:
-        msgs = [m for m in self.consumer.consume(num_messages=self.batch_records, timeout=timeout_s) if not m.error()]
-        if not msgs:
-            return 0
+        """One write: polls until about ``batch_records`` facts are in hand, each asking for as
+        many records as the last poll's facts per record leave room for (at most
+        ``POLL_RECORDS``): a batch record holds ~1,000 facts, so the facts, not the records,
+        bound what a write holds. Then the write and the commit."""
+        msgs: list = []
         by_kind: dict[str, list[bytes]] = {}
         progress, references = [], []
-        for m in msgs:
-            topic = m.topic()
-            kind = self.kinds.get(topic)
-            if kind is not None:
-                by_kind.setdefault(kind, []).append(m.value())
-            elif topic == self.topics.progress.name:
-                progress.append(orjson.loads(m.value()))
-            elif self.reference_stops is None or m.offset() < self.reference_stops.get(f"{topic}:{m.partition()}", 0):
-                references.append(m.value())
+        facts, wait = 0, timeout_s
+        while facts < self.batch_records and len(msgs) < self.batch_records:
+            ask = max(1, min(POLL_RECORDS, self.batch_records - len(msgs),
+                             int((self.batch_records - facts) / self.facts_per_record)))
+            got = [m for m in self.consumer.consume(num_messages=ask, timeout=wait) if not m.error()]
+            if not got:
+                break
+            wait = 0.0  # what is fetched already, no waiting for more
+            before = facts
+            for m in got:
+                topic = m.topic()
+                kind = self.kinds.get(topic)
+                if kind is not None:
+                    values = by_kind.setdefault(kind, [])
+                    n = len(values)
+                    if is_batch(m.headers()):  # a worker's batch record: its facts, each a single value
+                        values += self.facts.unbatch(kind, m.value(), f"{topic}/{m.partition()}@{m.offset()}")
+                    else:
+                        values.append(m.value())
+                    facts += len(values) - n
+                elif topic == self.topics.progress.name:
+                    progress.append(orjson.loads(m.value()))
+                elif self.reference_stops is None or \
+                        m.offset() < self.reference_stops.get(f"{topic}:{m.partition()}", 0):
+                    references.append(m.value())
+            msgs += got
+            self.facts_per_record = max(1.0, (facts - before) / len(got))  # what the next poll expects
+        if not msgs:
+            return 0
         self._write(by_kind, progress, references)
         offsets: dict[tuple[str, int], int] = {}
         for m in msgs:

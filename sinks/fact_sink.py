@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable
 from gpuledger.domain.facts import FactBatch
 from gpuledger.sinks.base import FactStore, PermanentStoreError
 from gpuledger.sinks.isolate import TABLES, settle_batch, write_isolating
-from gpuledger.streams.fact_codec import BULK_KINDS, FACT_KINDS, checked_bodies, container, decode_facts
+from gpuledger.streams.fact_batches import split_batch
+from gpuledger.streams.fact_codec import BULK_KINDS, FACT_KINDS, FactCodecError, checked_bodies, container, decode_facts
 
 __all__ = ["DeadLetter", "FactSink"]
 
@@ -136,6 +137,16 @@ class FactSink:
                 out["observed"] = kept
             values[kind], index[kind] = [], []
         return out
+
+    def unbatch(self, kind: str, value: bytes, source: str) -> list[bytes]:
+        """The facts of a batch record of ``kind`` read at ``source`` ("topic/partition@offset"),
+        each a single value for ``write``; none when it is not a whole batch, then dead-lettered
+        whole, with the reason (no fact boundary can be trusted past a broken one)."""
+        try:
+            return split_batch(kind, value)
+        except FactCodecError as exc:
+            self._undecodable(source, str(exc), value)
+            return []
 
     def _undecodable(self, source: str, reason: str, raw: bytes) -> None:
         self.undecodable += 1

@@ -19,6 +19,13 @@
  * valid UTF-8, every double finite, every integer within its type, no trailing bytes), the
  * list of each value's kept field (None without one, or when it is null); None as soon as
  * one value is not.
+ *
+ * split_batch(batch_header, fact_header, program, value) -> list | None
+ *   value    a batch record: batch_header, then an Avro array of records of the program's
+ *            schema (blocks: a count, negative when a byte size follows, the items; a 0 ends)
+ * Returns each item as fact_header + its body (a framed single fact), when every item is a
+ * whole record of the schema with the same checks as check_all's and nothing follows the
+ * array; None when the value is not such a batch.
  */
 #include "_avro_c.h"  /* Python.h first, as it must be */
 
@@ -141,11 +148,10 @@ static int check_value(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int 
     return BAD;
 }
 
-static int check_one(const unsigned char *b, Py_ssize_t L, const char *hdr, Py_ssize_t hlen,
-                     const unsigned char *prog, Py_ssize_t fields, Py_ssize_t keep, int64_t *kept, int *has_kept) {
-    Py_ssize_t p = hlen, i;
-    if (L < hlen || memcmp(b, hdr, (size_t)hlen) != 0)
-        return BAD;
+/* One record's fields by the program from *p on, every value checked; *p moves past them. */
+static int walk_fields(const unsigned char *b, Py_ssize_t L, Py_ssize_t *pp, const unsigned char *prog,
+                       Py_ssize_t fields, Py_ssize_t keep, int64_t *kept, int *has_kept) {
+    Py_ssize_t p = *pp, i;
     for (i = 0; i < fields; i++) {
         int type = prog[2 * i], null_at = prog[2 * i + 1], r;
         if (null_at) {  /* 1: null is branch 0, 2: null is branch 1 */
@@ -166,7 +172,109 @@ static int check_one(const unsigned char *b, Py_ssize_t L, const char *hdr, Py_s
                 return r;
         }
     }
+    *pp = p;
+    return OK;
+}
+
+static int check_one(const unsigned char *b, Py_ssize_t L, const char *hdr, Py_ssize_t hlen,
+                     const unsigned char *prog, Py_ssize_t fields, Py_ssize_t keep, int64_t *kept, int *has_kept) {
+    Py_ssize_t p = hlen;
+    int r;
+    if (L < hlen || memcmp(b, hdr, (size_t)hlen) != 0)
+        return BAD;
+    r = walk_fields(b, L, &p, prog, fields, keep, kept, has_kept);
+    if (r != OK)
+        return r;
     return p == L ? OK : BAD;
+}
+
+static int check_program(const char *prog, Py_ssize_t plen) {
+    Py_ssize_t i;
+    if (plen % 2) {
+        PyErr_SetString(PyExc_ValueError, "program: two bytes per field");
+        return ERR;
+    }
+    for (i = 0; i < plen; i += 2) {
+        if (prog[i] < T_STRING || prog[i] > T_DOUBLE || prog[i + 1] < 0 || prog[i + 1] > 2) {
+            PyErr_Format(PyExc_ValueError, "program: field %zd has type %d, union %d", i / 2, prog[i], prog[i + 1]);
+            return ERR;
+        }
+    }
+    return OK;
+}
+
+/* An Avro long (zigzag varint) at *p, as fastavro reads one: at most 10 bytes, within int64. */
+static int read_long(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int64_t *out) {
+    unsigned __int128 raw;
+    if (read_raw(b, L, p, 10, &raw) != OK)
+        return BAD;
+    return zigzag(raw, INT64_MIN, INT64_MAX, out);
+}
+
+static PyObject *split_batch(PyObject *self, PyObject *args) {
+    const char *bhdr, *fhdr, *prog;
+    Py_ssize_t bhlen, fhlen, plen, L, p;
+    PyObject *value, *out;
+    const unsigned char *b;
+    if (!PyArg_ParseTuple(args, "y#y#y#O!", &bhdr, &bhlen, &fhdr, &fhlen, &prog, &plen, &PyBytes_Type, &value))
+        return NULL;
+    if (check_program(prog, plen) != OK)
+        return NULL;
+    b = (const unsigned char *)PyBytes_AS_STRING(value);
+    L = PyBytes_GET_SIZE(value);
+    if (L < bhlen || memcmp(b, bhdr, (size_t)bhlen) != 0)
+        Py_RETURN_NONE;
+    if ((out = PyList_New(0)) == NULL)
+        return NULL;
+    p = bhlen;
+    for (;;) {  /* blocks: a count (negative: then its size in bytes), the items; a count of 0 ends */
+        int64_t count, size = -1, k;
+        Py_ssize_t items_from;
+        if (read_long(b, L, &p, &count) != OK)
+            goto bad;
+        if (count == 0)
+            break;
+        if (count < 0) {
+            if (count == INT64_MIN || read_long(b, L, &p, &size) != OK || size < 0)
+                goto bad;
+            count = -count;
+        }
+        items_from = p;
+        if (count > L - p)  /* every item takes a byte at least */
+            goto bad;
+        for (k = 0; k < count; k++) {
+            Py_ssize_t start = p;
+            int64_t kept = 0;
+            int has_kept = 0, r;
+            PyObject *one;
+            r = walk_fields(b, L, &p, (const unsigned char *)prog, plen / 2, -1, &kept, &has_kept);
+            if (r == ERR) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            if (r != OK)
+                goto bad;
+            if ((one = PyBytes_FromStringAndSize(NULL, fhlen + (p - start))) == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            memcpy(PyBytes_AS_STRING(one), fhdr, (size_t)fhlen);
+            memcpy(PyBytes_AS_STRING(one) + fhlen, b + start, (size_t)(p - start));
+            r = PyList_Append(out, one);
+            Py_DECREF(one);
+            if (r < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        if (size >= 0 && p - items_from != size)  /* a block's stated size is its items' */
+            goto bad;
+    }
+    if (p == L)
+        return out;
+bad:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
 }
 
 static PyObject *check_all(PyObject *self, PyObject *args) {
@@ -175,16 +283,8 @@ static PyObject *check_all(PyObject *self, PyObject *args) {
     PyObject *values, *out;
     if (!PyArg_ParseTuple(args, "y#y#nO!", &hdr, &hlen, &prog, &plen, &keep, &PyList_Type, &values))
         return NULL;
-    if (plen % 2) {
-        PyErr_SetString(PyExc_ValueError, "program: two bytes per field");
+    if (check_program(prog, plen) != OK)
         return NULL;
-    }
-    for (i = 0; i < plen; i += 2) {
-        if (prog[i] < T_STRING || prog[i] > T_DOUBLE || prog[i + 1] < 0 || prog[i + 1] > 2) {
-            PyErr_Format(PyExc_ValueError, "program: field %zd has type %d, union %d", i / 2, prog[i], prog[i + 1]);
-            return NULL;
-        }
-    }
     n = PyList_GET_SIZE(values);
     out = PyList_New(n);
     if (out == NULL)
@@ -227,6 +327,10 @@ static PyMethodDef methods[] = {
      "write_each(header, program, names, cls, facts, start, emit, topic, on_full) -> int: see streams/_avro_c.c"},
     {"check_all", check_all, METH_VARARGS,
      "check_all(header, program, keep, values) -> list | None: see streams/_avro_c.c"},
+    {"write_bodies", avro_write_bodies, METH_VARARGS,
+     "write_bodies(program, names, cls, facts, start, budget) -> (bytes, int): see streams/_avro_write.c"},
+    {"split_batch", split_batch, METH_VARARGS,
+     "split_batch(batch_header, fact_header, program, value) -> list | None: see streams/_avro_c.c"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,5 +10,6 @@ enum { OK = 0, BAD = -1, ERR = -2 };  /* ERR: a Python exception is set */
 
 PyObject *avro_write_record(PyObject *self, PyObject *args);
 PyObject *avro_write_each(PyObject *self, PyObject *args);
+PyObject *avro_write_bodies(PyObject *self, PyObject *args);
 
 #endif

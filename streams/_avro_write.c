@@ -24,6 +24,13 @@
  * did not (one write would return None for, or of another type, or without a str fact_id), or
  * len(facts): the caller writes that one its own way and calls again after it. An exception of
  * emit or on_full other than BufferError is raised, the facts before it emitted.
+ *
+ * write_bodies(program, names, cls, facts, start, budget) -> (bytes, int)
+ *   program, names, cls, facts, start   as write_each's
+ *   budget   stop once this many bytes are written (after the fact that reaches it)
+ * The Avro bodies of the facts from ``start`` on, back to back with no header (the items of an
+ * Avro array block), and the index of the first fact not written: one write would return None
+ * for, or of another type, or the first past the budget, or len(facts).
  */
 #include "_avro_c.h"  /* Python.h first, as it must be */
 
@@ -122,17 +129,11 @@ static int write_value(Buf *b, PyObject *v, int type) {
     return BAD;
 }
 
-/* header + the record's fields by the program into b (which the caller frees): OK, BAD (not
- * sure: the Python writer decides) or ERR (an exception is set). */
-static int write_into(Buf *b, const char *hdr, Py_ssize_t hlen, const char *prog, Py_ssize_t plen, PyObject *names,
-                      PyObject *record) {
+/* The record's fields by the program, appended to b: OK, BAD (not sure: the Python writer
+ * decides; b may hold part of the record) or ERR (an exception is set). */
+static int write_fields(Buf *b, const char *prog, Py_ssize_t plen, PyObject *names, PyObject *record) {
     Py_ssize_t i;
     int r = OK;
-    b->p = b->small;
-    b->n = 0;
-    b->cap = sizeof b->small;
-    if (put(b, hdr, hlen) != OK)
-        return ERR;
     for (i = 0; i < plen / 2 && r == OK; i++) {
         int type = prog[2 * i], null_at = prog[2 * i + 1];
         PyObject *v = PyDict_GetItemWithError(record, PyTuple_GET_ITEM(names, i));
@@ -156,6 +157,17 @@ static int write_into(Buf *b, const char *hdr, Py_ssize_t hlen, const char *prog
         r = write_value(b, v, type);
     }
     return r;
+}
+
+/* header + the record's fields by the program into b (which the caller frees). */
+static int write_into(Buf *b, const char *hdr, Py_ssize_t hlen, const char *prog, Py_ssize_t plen, PyObject *names,
+                      PyObject *record) {
+    b->p = b->small;
+    b->n = 0;
+    b->cap = sizeof b->small;
+    if (put(b, hdr, hlen) != OK)
+        return ERR;
+    return write_fields(b, prog, plen, names, record);
 }
 
 PyObject *avro_write_record(PyObject *self, PyObject *args) {
@@ -261,3 +273,46 @@ error:
     return NULL;
 }
 
+
+PyObject *avro_write_bodies(PyObject *self, PyObject *args) {
+    const char *prog;
+    Py_ssize_t plen, start, budget, i;
+    PyObject *names, *cls, *facts, *out = NULL;
+    Buf b;
+    if (!PyArg_ParseTuple(args, "y#O!OO!nn", &prog, &plen, &PyTuple_Type, &names, &cls, &PyList_Type, &facts, &start,
+                          &budget))
+        return NULL;
+    if (plen != 2 * PyTuple_GET_SIZE(names)) {
+        PyErr_SetString(PyExc_ValueError, "program: two bytes per name");
+        return NULL;
+    }
+    b.p = b.small;
+    b.n = 0;
+    b.cap = sizeof b.small;
+    for (i = start < 0 ? 0 : start; i < PyList_GET_SIZE(facts) && b.n < budget; i++) {
+        PyObject *fact = PyList_GET_ITEM(facts, i), *record;
+        Py_ssize_t before = b.n;
+        int r;
+        if ((PyObject *)Py_TYPE(fact) != cls)
+            break;  /* the Python path says what is wrong with it */
+        if ((record = PyObject_GenericGetDict(fact, NULL)) == NULL)  /* fact.__dict__ */
+            goto done;
+        if (!PyDict_CheckExact(record)) {
+            Py_DECREF(record);
+            break;
+        }
+        r = write_fields(&b, prog, plen, names, record);
+        Py_DECREF(record);
+        if (r == ERR)
+            goto done;
+        if (r == BAD) {
+            b.n = before;  /* what it wrote of this one goes */
+            break;
+        }
+    }
+    out = Py_BuildValue("y#n", b.p, b.n, i);
+done:
+    if (b.p != b.small)
+        PyMem_Free(b.p);
+    return out;
+}

@@ -55,7 +55,8 @@ from gpuledger.bus.fetch import SOURCE_FETCH
 from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.pacing import Pacer
 from gpuledger.streams.engine import Engine
-from gpuledger.streams.fact_codec import FACT_KINDS, emit_encoded
+from gpuledger.streams.fact_batches import emit_batched
+from gpuledger.streams.fact_codec import FACT_KINDS
 from gpuledger.streams.heap import resident_mib, trim_heap
 from gpuledger.streams.metrics import WorkerMetrics
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
@@ -205,8 +206,9 @@ class Worker:
     def _produce_facts(self, closing: bool = False) -> None:
         batch = self.engine.advance(closing)
         facts = self.topics.facts
-        # one at a time, never held whole; the producer's own produce, for speed (room() when its queue is full)
-        emit_encoded(batch, {kind: facts[kind].name for kind in FACT_KINDS}, self.out.producer.produce,
+        # the bulk kinds in batch records (streams/fact_batches.py), the rest one at a time; the
+        # producer's own produce, for speed (room() when its queue is full)
+        emit_batched(batch, {kind: facts[kind].name for kind in FACT_KINDS}, self.out.producer.produce,
                      self.out.room, self._unencodable)
         self.out.poll()
         counts = (len(batch.capacity), len(batch.utilization), len(batch.requests), len(batch.demand))

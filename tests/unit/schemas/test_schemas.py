@@ -41,6 +41,7 @@ EXPECTED = {"k8s_watch_event", "podresources_snapshot", "dcgm_scrape", "vgpu_sna
             "reference_document", "dead_letter", "capacity_fact", "utilization_fact", "request_fact", "demand_fact", "clock_heartbeat",
             "model_scrape", "model_fact"}
 EXPECTED |= {"gpu_health_fact", "gpu_health_incident"}
+EXPECTED |= {"capacity_fact_batch", "utilization_fact_batch", "gpu_health_fact_batch"}  # streams/fact_batches.py
 
 
 def test_a_schema_for_every_capture_file_and_fact():

@@ -17,6 +17,7 @@ from gpuledger.sinks import fact_sink
 from gpuledger.sinks.base import MemoryStore, PermanentStoreError, StoreError
 from gpuledger.sinks.fact_sink import FactSink
 from gpuledger.sinks.failpoint import OutageStore
+from gpuledger.streams.fact_batches import emit_batched, is_batch
 from gpuledger.streams.fact_codec import BULK_KINDS, FACT_KINDS, encode_batch, encode_fact
 
 T = 1_790_000_000_000
@@ -219,3 +220,32 @@ def test_a_request_event_contradicting_a_recorded_request_is_dead_lettered_not_w
     ((source, reason, raw),) = dead
     assert source == f"{forged.src_topic}/{forged.src_partition}@{forged.src_offset}"
     assert reason.startswith("RequestConflict: ") and "tenant_id 'victim'" in reason and raw
+
+
+
+def test_batch_records_store_the_facts_of_single_ones_and_a_broken_one_is_dead_lettered_whole():
+    """A worker's batch records (streams/fact_batches.py), split by ``unbatch``, store exactly
+    what the same facts as single values store; a value that is not a whole batch is
+    dead-lettered once, whole, under its position, and nothing of it is written."""
+    b = batch()
+    singles = MemoryStore()
+    FactSink(singles, lambda *d: None).write(messages(b))
+    records = []  # (kind, value, batched) as a worker produces them
+    emit_batched(b, {k: k for k in FACT_KINDS},
+                 lambda topic, value, key, headers=None: records.append((topic, value, is_batch(headers))),
+                 lambda: None, max_bytes=300)
+    assert sum(1 for _k, _v, batched in records if batched) > 4
+    dead = []
+    store = MemoryStore()
+    sink = FactSink(store, lambda src, reason, raw: dead.append((src, reason, raw)))
+    pairs = []
+    for i, (kind, value, batched) in enumerate(records):
+        pairs += [(kind, v) for v in (sink.unbatch(kind, value, f"t/0@{i}") if batched else [value])]
+    sink.write(pairs)
+    assert stored(store) == stored(singles) and not dead
+    broken = next(v for kind, v, batched in records if batched and kind == "utilization")[:-3]
+    assert sink.unbatch("utilization", broken, "gpuledger.facts.utilization/3@77") == []
+    ((src, reason, raw),) = dead
+    assert src == "gpuledger.facts.utilization/3@77" and raw == broken
+    assert reason.startswith("FactCodecError: utilization_fact_batch v1: not a whole batch of utilization_fact v2")
+    assert sink.undecodable == 1

@@ -3,11 +3,13 @@ fact writer and of the sink's check (Python: streams/avro_writer.py; C: streams/
 _avro_c.c)."""
 
 import dataclasses
+import math
 import random
 
+from gpuledger.domain.facts import FactBatch
 from gpuledger.streams import _avro_c  # built at install: a missing build fails here, not silently slower
 from gpuledger.streams.avro_writer import NotFast, check_program, compile_checker
-from gpuledger.streams.fact_codec import _CODECS
+from gpuledger.streams.fact_codec import _CODECS, FACT_KINDS
 
 # The checker's two implementations (one in Python, one in C: streams/_avro_c.c); every
 # checker test runs against both, and test_the_two_checkers_agree_on_corrupted_values holds
@@ -84,3 +86,55 @@ def random_fact(kind: str, rng: random.Random):
         else:
             values[f.name] = rng.choice(FLOATS)
     return codec.cls(**values)
+
+
+class Queue:
+    """A producer's produce and the wait for room: with ``full_every`` > 0, after every so many
+    records taken it refuses with BufferError, as a full librdkafka queue does, until
+    ``on_full`` makes room."""
+
+    def __init__(self, full_every: int = 0) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+        self.headers: list = []  # each record's Kafka headers (None: none)
+        self.full_every, self.calls, self.waits, self.taken_since_wait = full_every, 0, 0, 0
+
+    def produce(self, topic: str, value: bytes, key: bytes, headers=None) -> None:
+        self.calls += 1
+        if self.full_every and self.taken_since_wait >= self.full_every:
+            raise BufferError("Local: Queue full")
+        self.taken_since_wait += 1
+        self.sent.append((topic, value, key))
+        self.headers.append(headers)
+
+    def on_full(self) -> None:
+        self.waits += 1
+        self.taken_since_wait = 0
+
+
+def hostile_fact(kind: str, fact, rng: random.Random):
+    """A fact the C writer leaves to the Python path: a value of another type or out of range, one
+    the wire refuses, or an object that is not the kind's class at all."""
+    codec = _CODECS[kind]
+    ints = [n for n, _lo, _hi in codec.ints]
+    floats = list(codec.floats)
+    choice = rng.randrange(5)
+    if choice == 0 and floats:
+        return dataclasses.replace(fact, **{rng.choice(floats): math.nan})  # refused: FactCodecError
+    if choice == 1 and ints:
+        return dataclasses.replace(fact, **{rng.choice(ints): 2 ** 70})  # refused: out of range
+    if choice == 2 and floats:
+        return dataclasses.replace(fact, **{rng.choice(floats): 3})  # an int for a double: written by Python
+    if choice == 3:
+        return dataclasses.replace(fact, fact_id="id-\u00e9\u65e5")  # not ASCII: still the C writer's
+    return object()  # not a fact: FactCodecError
+
+
+def random_batch(rng: random.Random, hostile: float) -> FactBatch:
+    batch = FactBatch()
+    for kind in FACT_KINDS:
+        facts = []
+        for _ in range(rng.choice((0, 1, 3, 40))):
+            f = random_fact(kind, rng)
+            facts.append(hostile_fact(kind, f, rng) if rng.random() < hostile else f)
+        setattr(batch, kind, facts)
+    return batch

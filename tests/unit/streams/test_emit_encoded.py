@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from avro_cases import random_fact
+from avro_cases import Queue, random_batch, random_fact
 from gpuledger.domain.facts import FactBatch
 from gpuledger.streams import _avro_c
 from gpuledger.streams.fact_codec import _CODECS, FACT_KINDS, FactCodecError, emit_encoded, iter_encoded
@@ -17,62 +17,12 @@ from gpuledger.streams.fact_codec import _CODECS, FACT_KINDS, FactCodecError, em
 TOPICS = {kind: f"facts.{kind}" for kind in FACT_KINDS}
 
 
-class Queue:
-    """A producer's produce and the wait for room: with ``full_every`` > 0, after every so many
-    records taken it refuses with BufferError, as a full librdkafka queue does, until
-    ``on_full`` makes room."""
-
-    def __init__(self, full_every: int = 0) -> None:
-        self.sent: list[tuple[str, bytes, bytes]] = []
-        self.full_every, self.calls, self.waits, self.taken_since_wait = full_every, 0, 0, 0
-
-    def produce(self, topic: str, value: bytes, key: bytes) -> None:
-        self.calls += 1
-        if self.full_every and self.taken_since_wait >= self.full_every:
-            raise BufferError("Local: Queue full")
-        self.taken_since_wait += 1
-        self.sent.append((topic, value, key))
-
-    def on_full(self) -> None:
-        self.waits += 1
-        self.taken_since_wait = 0
-
-
-def _hostile(kind: str, fact, rng: random.Random):
-    """A fact the C writer leaves to the Python path: a value of another type or out of range, one
-    the wire refuses, or an object that is not the kind's class at all."""
-    codec = _CODECS[kind]
-    ints = [n for n, _lo, _hi in codec.ints]
-    floats = list(codec.floats)
-    choice = rng.randrange(5)
-    if choice == 0 and floats:
-        return dataclasses.replace(fact, **{rng.choice(floats): math.nan})  # refused: FactCodecError
-    if choice == 1 and ints:
-        return dataclasses.replace(fact, **{rng.choice(ints): 2 ** 70})  # refused: out of range
-    if choice == 2 and floats:
-        return dataclasses.replace(fact, **{rng.choice(floats): 3})  # an int for a double: written by Python
-    if choice == 3:
-        return dataclasses.replace(fact, fact_id="id-\u00e9\u65e5")  # not ASCII: still the C writer's
-    return object()  # not a fact: FactCodecError
-
-
-def _batch(rng: random.Random, hostile: float) -> FactBatch:
-    batch = FactBatch()
-    for kind in FACT_KINDS:
-        facts = []
-        for _ in range(rng.choice((0, 1, 3, 40))):
-            f = random_fact(kind, rng)
-            facts.append(_hostile(kind, f, rng) if rng.random() < hostile else f)
-        setattr(batch, kind, facts)
-    return batch
-
-
 @pytest.mark.parametrize("full_every", [0, 1, 7])
 def test_what_the_producer_gets_is_what_iter_encoded_gives(full_every):
     rng = random.Random(4242 + full_every)
     total = hostile_seen = 0
     for _ in range(60):
-        batch = _batch(rng, hostile=rng.choice((0.0, 0.05, 0.3)))
+        batch = random_batch(rng, hostile=rng.choice((0.0, 0.05, 0.3)))
         want_errors, got_errors = [], []
         want = [(TOPICS[k], v, key) for k, key, v in
                 iter_encoded(batch, lambda kind, f, exc: want_errors.append((kind, id(f), str(exc))))]
