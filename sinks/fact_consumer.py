@@ -68,14 +68,12 @@ class SinkLoop:
         self.reference_stops = dict(reference_stops) if reference_stops is not None else None  # "topic:p" -> stop
         self.consumer = Consumer({"bootstrap.servers": bootstrap, **self.client, "group.id": group,
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3,
-                                  # fetched ahead, compressed: batch records hold ~5x that decoded, and
-                                  # a write takes ~batch_records facts (~10 MB) at a time
-                                  "fetch.max.bytes": 16_777_216,
-                                  "max.partition.fetch.bytes": 4_194_304, "queued.max.messages.kbytes": 16_384,
+                                  "fetch.max.bytes": 52_428_800,
+                                  "max.partition.fetch.bytes": 8_388_608, "queued.max.messages.kbytes": 65_536,
                                   "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
                                   "max.poll.interval.ms": 900_000})
         self.consumer.subscribe(self.names)
-        self.facts_per_record = 1_000.0  # facts a record read holds, as the last poll found (a batch: ~1,000)
+        self.facts_per_record = 1_000.0  # facts a record read may hold, as the polls found (a batch: ~1,000)
         self.written = {"capacity": 0, "utilization": 0, "requests": 0, "demand": 0, "models": 0}
         self.positions: dict[str, int] = {}
         self.freshness = FreshnessHistogram()  # observed_at -> stored, of utilization facts (sinks/freshness.py)
@@ -83,7 +81,7 @@ class SinkLoop:
 
     def step(self, timeout_s: float = 0.5) -> int:
         """One write: polls until about ``batch_records`` facts are in hand, each asking for as
-        many records as the last poll's facts per record leave room for (at most
+        many records as the largest record lately read leaves room for (at most
         ``POLL_RECORDS``): a batch record holds ~1,000 facts, so the facts, not the records,
         bound what a write holds. Then the write and the commit."""
         msgs: list = []
@@ -97,7 +95,7 @@ class SinkLoop:
             if not got:
                 break
             wait = 0.0  # what is fetched already, no waiting for more
-            before = facts
+            largest = 1
             for m in got:
                 topic = m.topic()
                 kind = self.kinds.get(topic)
@@ -109,13 +107,17 @@ class SinkLoop:
                     else:
                         values.append(m.value())
                     facts += len(values) - n
+                    largest = max(largest, len(values) - n)
                 elif topic == self.topics.progress.name:
                     progress.append(orjson.loads(m.value()))
                 elif self.reference_stops is None or \
                         m.offset() < self.reference_stops.get(f"{topic}:{m.partition()}", 0):
                     references.append(m.value())
             msgs += got
-            self.facts_per_record = max(1.0, (facts - before) / len(got))  # what the next poll expects
+            # what the next poll expects of a record: the largest just read, or a little less than
+            # before (a poll of a batch's small tail must not make the next ask for hundreds of
+            # full batches)
+            self.facts_per_record = max(float(largest), self.facts_per_record * 0.9)
         if not msgs:
             return 0
         self._write(by_kind, progress, references)
