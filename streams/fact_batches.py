@@ -140,33 +140,23 @@ def _emit_kind(kind: str, facts: list, topic: str, emit, on_full, on_error, max_
                 on_full()
 
     while i < n:
-        if w.bodies is not None:
-            bodies, j = w.bodies(facts, i, max_bytes - size)
-            if j > i:
-                if not count:
-                    first_id = facts[i].fact_id
-                parts.append(bodies)
-                size, count, i = size + len(bodies), count + j - i, j
-                if size >= max_bytes:
-                    send()
-                    emitted += count
-                    parts, size, count = [], 0, 0
+        start = i
+        bodies, i = w.bodies(facts, i, max_bytes - size) if w.bodies is not None else (b"", i)
+        if i == start:  # one the C writer leaves: the Python writer writes it or names what is wrong
+            i += 1
+            try:
+                bodies = w.codec.encode(facts[start], buf)[_HEADER.size:]
+            except FactCodecError as exc:
+                if on_error is None:
+                    if count:
+                        send()
+                    raise
+                on_error(kind, facts[start], exc)
                 continue
-        f = facts[i]  # one the C writer leaves: the Python writer writes it or names what is wrong
-        i += 1
-        try:
-            value = w.codec.encode(f, buf)
-        except FactCodecError as exc:
-            if on_error is None:
-                if count:
-                    send()
-                raise
-            on_error(kind, f, exc)
-            continue
         if not count:
-            first_id = f.fact_id
-        parts.append(value[_HEADER.size:])
-        size, count = size + len(value) - _HEADER.size, count + 1
+            first_id = facts[start].fact_id
+        parts.append(bodies)
+        size, count = size + len(bodies), count + i - start
         if size >= max_bytes:
             send()
             emitted += count
