@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 import time
 from collections.abc import Callable
 
 import orjson
 
-__all__ = ["UsageError", "emit", "progress", "wall_ms"]
+__all__ = ["UsageError", "emit", "progress", "stacks_on_sigusr1", "wall_ms"]
 
 
 class UsageError(ValueError):
@@ -17,6 +19,14 @@ class UsageError(ValueError):
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints every thread's Python stack to stderr and the command goes on:
+    what a worker or sink that seems stuck is waiting in. Left alone where the signal already
+    has a handler (the command runs inside another program)."""
+    if hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
 
 def wall_ms() -> int:

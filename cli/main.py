@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from gpuledger.cli.common import UsageError, emit, progress, wall_ms as _wall_ms
+from gpuledger.cli.common import UsageError, emit, progress, stacks_on_sigusr1, wall_ms as _wall_ms
 from gpuledger.cli.produce import UsageError as ProduceUsageError
 from gpuledger.config import Settings, load_settings
 from gpuledger.domain.timeutil import parse_rfc3339_ms
@@ -267,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, settings: Settings | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stacks_on_sigusr1()
     try:
         overrides = args.overrides(args) if hasattr(args, "overrides") else {}
         s = settings or load_settings(home=args.home, kafka_bootstrap=args.bootstrap, clickhouse_dsn=args.dsn,

@@ -60,7 +60,18 @@ class Stack:
                 "GPULEDGER_CLICKHOUSE_DSN": self.dsn, "GPULEDGER_BATCH_MAX_RECORDS": "500", **self.extra_env}
 
     def run(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([*GPULEDGER, *args], env=self.env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.Popen([*GPULEDGER, *args], env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # every process of it prints its threads' stacks, then goes
+            os.killpg(proc.pid, signal.SIGUSR1)
+            time.sleep(3)
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            raise AssertionError(f"gpuledger {' '.join(args)} still running after {timeout:.0f} s; what it "
+                                 f"printed last, stacks included:\n{err[-12000:]}") from None
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         if check and done.returncode != 0:
             raise AssertionError(f"gpuledger {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}")
         return done
