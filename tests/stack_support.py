@@ -65,9 +65,12 @@ class Stack:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # every process of it prints its threads' stacks, then goes
-            os.killpg(proc.pid, signal.SIGUSR1)
-            time.sleep(3)
-            os.killpg(proc.pid, signal.SIGKILL)
+            for sig in (signal.SIGUSR1, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:  # it ended meanwhile
+                    break
+                time.sleep(3 if sig == signal.SIGUSR1 else 0)
             _, err = proc.communicate()
             raise AssertionError(f"gpuledger {' '.join(args)} still running after {timeout:.0f} s; what it "
                                  f"printed last, stacks included:\n{err[-12000:]}") from None
