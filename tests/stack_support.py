@@ -4,6 +4,7 @@ topic prefix, so tests share the broker without sharing data."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -60,17 +61,14 @@ class Stack:
                 "GPULEDGER_CLICKHOUSE_DSN": self.dsn, "GPULEDGER_BATCH_MAX_RECORDS": "500", **self.extra_env}
 
     def run(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.Popen([*GPULEDGER, *args], env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        proc = self.start(*args)  # a session of its own: its workers are in its process group
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # every process of it prints its threads' stacks, then goes
-            for sig in (signal.SIGUSR1, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:  # it ended meanwhile
-                    break
-                time.sleep(3 if sig == signal.SIGUSR1 else 0)
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.killpg(proc.pid, signal.SIGUSR1)
+            time.sleep(3)
+            stop(proc, signal.SIGKILL)
             _, err = proc.communicate()
             raise AssertionError(f"gpuledger {' '.join(args)} still running after {timeout:.0f} s; what it "
                                  f"printed last, stacks included:\n{err[-12000:]}") from None
