@@ -35,7 +35,7 @@ from gpuledger.sinks.base import StoreError
 from gpuledger.sinks.fact_sink import FactSink
 from gpuledger.sinks.freshness import FreshnessHistogram
 from gpuledger.sinks.progress import progress_checkpoint
-from gpuledger.streams.fact_batches import is_batch
+from gpuledger.streams.fact_batches import BATCH_MAX_BYTES, is_batch
 from gpuledger.streams.engine import REFERENCE_PARSERS
 from gpuledger.bus.offsets import commit_offsets, committed_offsets, read_extents
 from gpuledger.bus.topics import Topics
@@ -45,6 +45,9 @@ __all__ = ["SinkLoop", "SinkStopped"]
 log = logging.getLogger(__name__)
 
 POLL_RECORDS = 1_000  # records one poll takes at most
+# The most facts a record brings: a batch record's bodies are at most BATCH_MAX_BYTES and no
+# fact's body is under 128 bytes (the smallest seen: ~210); raised if a record ever brings more.
+RECORD_FACTS_MAX = BATCH_MAX_BYTES // 128
 
 
 class SinkStopped(RuntimeError):
@@ -73,24 +76,27 @@ class SinkLoop:
                                   "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000,
                                   "max.poll.interval.ms": 900_000})
         self.consumer.subscribe(self.names)
-        self.facts_per_record = 1_000.0  # facts a record read may hold, as the polls found (a batch: ~1,000)
+        self.record_facts_max = RECORD_FACTS_MAX  # the most facts one record read may bring
         self.written = {"capacity": 0, "utilization": 0, "requests": 0, "demand": 0, "models": 0}
         self.positions: dict[str, int] = {}
         self.freshness = FreshnessHistogram()  # observed_at -> stored, of utilization facts (sinks/freshness.py)
         self.wall_ms = lambda: int(time.time() * 1000)
 
     def step(self, timeout_s: float = 0.5) -> int:
-        """One write: polls until about ``batch_records`` facts are in hand, each asking for as
-        many records as the largest record lately read leaves room for (at most
-        ``POLL_RECORDS``): a batch record holds ~1,000 facts, so the facts, not the records,
-        bound what a write holds. Then the write and the commit."""
+        """One write: polls until ``batch_records`` facts are in hand, each asking for only as
+        many records as could not take it past them were each as full as the fullest record
+        can be (``record_facts_max``; at most ``POLL_RECORDS``, at least one). A write so holds
+        fewer than ``batch_records + record_facts_max`` facts whatever the mix of records on
+        the topics: single facts (demand, requests) ahead of full batch records once made a
+        poll ask for 1,000 records and a write take ~240,000 facts. Then the write and the
+        commit."""
         msgs: list = []
         by_kind: dict[str, list[bytes]] = {}
         progress, references = [], []
         facts, wait = 0, timeout_s
         while facts < self.batch_records and len(msgs) < self.batch_records:
             ask = max(1, min(POLL_RECORDS, self.batch_records - len(msgs),
-                             int((self.batch_records - facts) / self.facts_per_record)))
+                             (self.batch_records - facts) // self.record_facts_max))
             got = [m for m in self.consumer.consume(num_messages=ask, timeout=wait) if not m.error()]
             if not got:
                 break
@@ -114,10 +120,7 @@ class SinkLoop:
                         m.offset() < self.reference_stops.get(f"{topic}:{m.partition()}", 0):
                     references.append(m.value())
             msgs += got
-            # what the next poll expects of a record: the largest just read, or a little less than
-            # before (a poll of a batch's small tail must not make the next ask for hundreds of
-            # full batches)
-            self.facts_per_record = max(float(largest), self.facts_per_record * 0.9)
+            self.record_facts_max = max(self.record_facts_max, largest)  # a writer with larger batches
         if not msgs:
             return 0
         self._write(by_kind, progress, references)
