@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     read_ahead_s: float = Field(
         300.0, gt=0, description="Event-time lead a source partition may take over the slowest one before it is "
         "paused (reading is paced across topics, so memory does not depend on fetch order).")
-    sink_batch_records: int = Field(50_000, ge=1, description="Facts the sink writes to ClickHouse per batch (about: a batch record is taken whole).")
+    sink_batch_records: int = Field(50_000, ge=1, description="Facts the sink writes to ClickHouse per batch: fewer than this plus 2,048 (a batch record is taken whole).")
     sink_metrics_port: int = Field(
         -1, ge=-1, description="Port of the sink's Prometheus /metrics: store errors, refused rows (0 = any free port, "
         "-1 = off).")
