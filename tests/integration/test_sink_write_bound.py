@@ -73,7 +73,7 @@ def test_a_write_holds_at_most_the_facts_asked_for_whatever_the_mix_of_records(b
             else:
                 idle += 1
     finally:
-        loop.consumer.close()
+        loop.close()
     assert not dead
     assert sum(writes) == sent, f"{sum(writes)} facts written of {sent} sent"
     assert max(writes) < BATCH + RECORD_FACTS_MAX, f"a write took {max(writes)} facts, {BATCH} asked for: {writes}"
