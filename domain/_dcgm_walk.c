@@ -10,6 +10,7 @@
  * walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> (parsed,
  *       lines): domain/dcgm.py ``_walk`` over text.splitlines(), without making the lines, and
  *       how many lines there were
+ * table_size() -> the series the walk finds by their bytes (domain/_dcgm_table.c) now
  * samples(keys, per_gpu, models, pod_values, per_pod, cls) -> the scrape's samples, as
  *       domain/dcgm.py ``_samples`` builds them from what the walk gathered (or None); in
  *       domain/_dcgm_samples.c
@@ -58,6 +59,13 @@ static PyObject *plain_float(PyObject *text, Py_ssize_t from, Py_ssize_t to) {
     if (held != '\0' && held != '\n' && held != '\r' && held != '\v' && held != '\f' && held != 0x1c && held != 0x1d
             && held != 0x1e)
         return NULL;
+    for (end = s; end < stop && *end != ' ' && *end != '\t'; end++)
+        ;
+    if (plain_decimal(s, end, &v)) {  /* the common value, read without the interpreter's strtod */
+        while (end < stop && (*end == ' ' || *end == '\t'))
+            end++;
+        return end == stop ? PyFloat_FromDouble(v) : NULL;
+    }
     v = PyOS_string_to_double(s, (char **)&end, NULL);
     if (v == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
@@ -169,10 +177,12 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
 
 /* One line, text[start:end] (made a str only for what the Python helpers are handed); returns 1
  * when it was parsed as an attribution value, 0 otherwise, -1 on error. */
-static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, PyObject *cache, PyObject *from_old,
+static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, PyObject *cache, PyObject *from_old,
                      PyObject *per_gpu, PyObject *models, PyObject *pod_values, PyObject *health_out,
                      PyObject *skipped) {
-    Py_ssize_t brace, close, rest_from = start;
+    Py_ssize_t brace, close, rest_from = start, series_end;
+    uint64_t hash = 0;
+    int labeled = 0;
     PyObject *series = NULL, *rest = NULL, *info = NULL, *value = NULL, *line = NULL;
     PyObject *field, *key, *model, *reason, *pod, *low, *high, *implausible, *ratio, *health;
     int result = -1;
@@ -192,44 +202,60 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, PyObject *c
             Py_XDECREF(line);
             return -1;
         }
-        series = PyUnicode_Substring(text, start, close + 1);
-        rest_from = close + 1;
+        series_end = rest_from = close + 1;
         brace -= start;
+        labeled = 1;
     } else {
         Py_ssize_t space = PyUnicode_FindChar(text, ' ', start, n, 1);
-        PyObject *name;
         if (space == -2)
             return -1;
-        name = PyUnicode_Substring(text, start, space < 0 ? n : space);
+        series_end = space < 0 ? n : space;
         rest_from = space < 0 ? n : space + 1;
-        if (name == NULL)
-            return -1;
-        brace = PyUnicode_GET_LENGTH(name);
-        series = PyUnicode_FromFormat("%U{}", name);
-        Py_DECREF(name);
+        brace = series_end - start;
     }
-    if (series == NULL)
-        goto done;
     /* the value's text; made a str only for what the Python helpers are handed */
 #define REST() (rest != NULL ? rest : (rest = PyUnicode_Substring(text, rest_from, n)))
-    info = PyDict_GetItemWithError(cache, series);
-    if (info != NULL) {
-        Py_INCREF(info);
-    } else {
-        if (PyErr_Occurred())
+    if (plain) {  /* the series' bytes are its text: found in the table without a str made of them */
+        const char *key = (const char *)PyUnicode_DATA(text) + start;
+        hash = series_hash(key, series_end - start);
+        info = series_table_find(cache, key, series_end - start, hash);
+        Py_XINCREF(info);
+    }
+    if (info == NULL) {
+        if (labeled) {
+            series = PyUnicode_Substring(text, start, series_end);
+        } else {  /* a series without labels is name{} */
+            PyObject *name = PyUnicode_Substring(text, start, series_end);
+            series = name == NULL ? NULL : PyUnicode_FromFormat("%U{}", name);
+            Py_XDECREF(name);
+        }
+        if (series == NULL)
             goto done;
-        info = PyObject_CallOneArg(from_old, series);
-        if (info == NULL)
-            goto done;
-        if (info == Py_None) {
-            PyObject *b = PyLong_FromSsize_t(brace);
-            Py_DECREF(info);
-            if (b == NULL)
+        info = PyDict_GetItemWithError(cache, series);
+        if (info != NULL) {
+            Py_INCREF(info);
+        } else {
+            if (PyErr_Occurred())
                 goto done;
-            info = REST() == NULL || LINE() == NULL ? NULL
-                                                    : PyObject_CallFunctionObjArgs(miss, series, b, rest, line, NULL);
-            Py_DECREF(b);
+            info = PyObject_CallOneArg(from_old, series);
             if (info == NULL)
+                goto done;
+            if (info == Py_None) {
+                PyObject *b = PyLong_FromSsize_t(brace);
+                Py_DECREF(info);
+                if (b == NULL)
+                    goto done;
+                info = REST() == NULL || LINE() == NULL ? NULL
+                                                        : PyObject_CallFunctionObjArgs(miss, series, b, rest, line, NULL);
+                Py_DECREF(b);
+                if (info == NULL)
+                    goto done;
+            }
+        }
+        if (plain && PyTuple_CheckExact(info) && PyTuple_GET_SIZE(info) == 10) {
+            int held = PyDict_Contains(cache, series);  /* the table knows only what the generation holds */
+            if (held < 0 || (held && series_table_put((const char *)PyUnicode_DATA(text) + start, series_end - start,
+                                                      hash, info) < 0))
                 goto done;
         }
     }
@@ -349,7 +375,7 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
             for (end = i; end < len && !Py_UNICODE_ISLINEBREAK(PyUnicode_READ(kind, data, end)); end++)
                 ;
         }
-        r = walk_line(text, i, end, cache, from_old, per_gpu, models, pod_values, health_out, skipped);
+        r = walk_line(text, i, end, plain, cache, from_old, per_gpu, models, pod_values, health_out, skipped);
         if (r < 0)
             return NULL;
         parsed += r;
@@ -369,6 +395,7 @@ static PyMethodDef methods[] = {
                                        "or None: see domain/_dcgm_samples.c"},
     {"walk_text", walk_text, METH_VARARGS, "walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, "
      "skipped) -> (parsed, lines): walk over text.splitlines()"},
+    {"table_size", dcgm_table_size, METH_NOARGS, "table_size() -> the series the walk finds by their bytes now"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,172 @@
+/* Two lookups of the walk over a scrape (domain/_dcgm_walk.c) that need no Python object:
+ *
+ * - the series table: a series' info found by the bytes of its text (name and label set) in
+ *   the scrape, instead of a str made of them and hashed for the cache dict. It mirrors the
+ *   cache generation it is bound to (domain/dcgm.py ``_SERIES.young``): an entry is put only
+ *   once that dict holds the series, and a walk handed another dict (the generation rotated,
+ *   or a caller's own) empties the table first, so it never knows a series the dict would not.
+ *   A series' info depends on its text alone; the table holds at most the young generation.
+ * - plain decimals: "0.5", "-12", "1.5e+03" read exactly without the interpreter's strtod.
+ *   A decimal of at most 15 significant digits and a power of ten within 10^22 is m * 10^e or
+ *   m / 10^-e, one correctly rounded operation on two exact doubles: the double float() gives.
+ *   Anything else is left to float() (``plain_decimal`` answers 0).
+ */
+#include "_dcgm_walk.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t len;
+    char *key;  /* NULL: a free slot */
+    PyObject *info;
+} Entry;
+
+static Entry *slots;
+static size_t capacity, used;  /* capacity a power of two, at most half used */
+static PyObject *bound;        /* the cache dict the table mirrors */
+
+uint64_t series_hash(const char *s, Py_ssize_t n) {
+    uint64_t a = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n, b = 0x6a09e667f3bcc909ULL, w, x;
+    while (n >= 16) {  /* two lanes: the multiplies of one do not wait for the other's */
+        memcpy(&w, s, 8);
+        memcpy(&x, s + 8, 8);
+        a = (a ^ w) * 0xff51afd7ed558ccdULL;
+        b = (b ^ x) * 0xc4ceb9fe1a85ec53ULL;
+        a ^= a >> 32;
+        b ^= b >> 29;
+        s += 16;
+        n -= 16;
+    }
+    if (n >= 8) {
+        memcpy(&w, s, 8);
+        a = (a ^ w) * 0xff51afd7ed558ccdULL;
+        a ^= a >> 32;
+        s += 8;
+        n -= 8;
+    }
+    w = 0;
+    memcpy(&w, s, (size_t)n);
+    b = (b ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    a = (a ^ (b >> 31) ^ b) * 0xff51afd7ed558ccdULL;
+    return a ^ (a >> 33);
+}
+
+static void clear(void) {
+    size_t i;
+    for (i = 0; i < capacity; i++) {
+        if (slots[i].key != NULL) {
+            PyMem_Free(slots[i].key);
+            Py_DECREF(slots[i].info);
+        }
+    }
+    PyMem_Free(slots);
+    slots = NULL;
+    capacity = used = 0;
+}
+
+PyObject *series_table_find(PyObject *cache, const char *s, Py_ssize_t n, uint64_t hash) {
+    size_t i;
+    if (cache != bound) {  /* another generation: forget the last one's entries */
+        clear();
+        Py_INCREF(cache);
+        Py_XSETREF(bound, cache);
+        return NULL;
+    }
+    if (capacity == 0)
+        return NULL;
+    for (i = hash & (capacity - 1); slots[i].key != NULL; i = (i + 1) & (capacity - 1)) {
+        if (slots[i].hash == hash && slots[i].len == n && memcmp(slots[i].key, s, (size_t)n) == 0)
+            return slots[i].info;
+    }
+    return NULL;
+}
+
+static void place(Entry e) {
+    size_t i;
+    for (i = e.hash & (capacity - 1); slots[i].key != NULL; i = (i + 1) & (capacity - 1))
+        ;
+    slots[i] = e;
+}
+
+int series_table_put(const char *s, Py_ssize_t n, uint64_t hash, PyObject *info) {
+    Entry e;
+    if (2 * (used + 1) > capacity) {
+        size_t old = capacity, i;
+        Entry *was = slots, *grown = PyMem_Calloc(capacity ? 2 * capacity : 256, sizeof(Entry));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        slots = grown;
+        capacity = old ? 2 * old : 256;
+        for (i = 0; i < old; i++)
+            if (was[i].key != NULL)
+                place(was[i]);
+        PyMem_Free(was);
+    }
+    if ((e.key = PyMem_Malloc(n ? (size_t)n : 1)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(e.key, s, (size_t)n);
+    e.hash = hash, e.len = n, e.info = Py_NewRef(info);
+    place(e);
+    used++;
+    return 0;
+}
+
+PyObject *dcgm_table_size(PyObject *self, PyObject *unused) {
+    return PyLong_FromSsize_t((Py_ssize_t)used);
+}
+
+static const double powers[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+int plain_decimal(const char *s, const char *stop, double *out) {
+    uint64_t m = 0;
+    int negative = 0, digits = 0, significant = 0, scale = 0, exp = 0, exp_negative = 0, exp_digits = 0;
+    double v;
+    if (s < stop && (*s == '+' || *s == '-'))
+        negative = *s++ == '-';
+    for (; s < stop && *s >= '0' && *s <= '9'; s++, digits++) {
+        if (m == 0 && *s == '0')
+            continue;  /* leading zeros count for nothing */
+        if (++significant > 15)
+            return 0;
+        m = m * 10 + (uint64_t)(*s - '0');
+    }
+    if (s < stop && *s == '.') {
+        for (s++; s < stop && *s >= '0' && *s <= '9'; s++, digits++, scale++) {
+            if (m == 0 && *s == '0')
+                continue;
+            if (++significant > 15)
+                return 0;
+            m = m * 10 + (uint64_t)(*s - '0');
+        }
+    }
+    if (digits == 0)
+        return 0;
+    if (s < stop && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (s < stop && (*s == '+' || *s == '-'))
+            exp_negative = *s++ == '-';
+        for (; s < stop && *s >= '0' && *s <= '9'; s++, exp_digits++) {
+            if (exp > 1000)
+                return 0;
+            exp = exp * 10 + (*s - '0');
+        }
+        if (exp_digits == 0)
+            return 0;
+    }
+    if (s != stop)
+        return 0;
+    exp = (exp_negative ? -exp : exp) - scale;
+    if (exp < -22 || exp > 22)
+        return 0;
+    v = (double)m;  /* exact: at most 15 digits */
+    v = exp >= 0 ? v * powers[exp] : v / powers[-exp];
+    *out = negative ? -v : v;
+    return 1;
+}
