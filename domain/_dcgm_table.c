@@ -1,4 +1,4 @@
-/* Two lookups of the walk over a scrape (domain/_dcgm_walk.c) that need no Python object:
+/* The lookups of the walk over a scrape (domain/_dcgm_walk.c) that need no Python object:
  *
  * - the series table: a series' info found by the bytes of its text (name and label set) in
  *   the scrape, instead of a str made of them and hashed for the cache dict. It mirrors the
@@ -10,6 +10,7 @@
  *   A decimal of at most 15 significant digits and a power of ten within 10^22 is m * 10^e or
  *   m / 10^-e, one correctly rounded operation on two exact doubles: the double float() gives.
  *   Anything else is left to float() (``plain_decimal`` answers 0).
+ * - the dicts of the devices a walk met last (``Recent``, domain/_dcgm_walk.h).
  */
 #include "_dcgm_walk.h"
 
@@ -169,4 +170,56 @@ int plain_decimal(const char *s, const char *stop, double *out) {
     v = exp >= 0 ? v * powers[exp] : v / powers[-exp];
     *out = negative ? -v : v;
     return 1;
+}
+
+/* float() of an ASCII " 0.5" (blanks, one number, blanks) without making a str of it: NULL
+ * with no error set when the text is anything else (then float() itself is asked). */
+PyObject *plain_float(PyObject *text, Py_ssize_t from, Py_ssize_t to) {
+    const char *s, *end, *stop;
+    char held;
+    double v;
+    if (!PyUnicode_IS_ASCII(text))
+        return NULL;
+    s = (const char *)PyUnicode_DATA(text) + from;
+    stop = (const char *)PyUnicode_DATA(text) + to;
+    while (s < stop && (*s == ' ' || *s == '\t'))
+        s++;
+    if (s == stop)
+        return NULL;
+    held = *stop;  /* the line's end: a line break, or the text's NUL; strtod stops at either */
+    if (held != '\0' && held != '\n' && held != '\r' && held != '\v' && held != '\f' && held != 0x1c && held != 0x1d
+            && held != 0x1e)
+        return NULL;
+    for (end = s; end < stop && *end != ' ' && *end != '\t'; end++)
+        ;
+    if (plain_decimal(s, end, &v)) {  /* the common value, read without the interpreter's strtod */
+        while (end < stop && (*end == ' ' || *end == '\t'))
+            end++;
+        return end == stop ? PyFloat_FromDouble(v) : NULL;
+    }
+    v = PyOS_string_to_double(s, (char **)&end, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (end == s || end > stop)
+        return NULL;
+    while (end < stop && (*end == ' ' || *end == '\t'))
+        end++;
+    if (end != stop)
+        return NULL;  /* a timestamp, an underscore, anything else: float() decides */
+    return PyFloat_FromDouble(v);
+}
+
+PyObject *recent_find(const Recent *r, PyObject *key) {
+    int i;
+    for (i = 0; i < r->n; i++)
+        if (r->key[i] == key)
+            return r->value[i];
+    return NULL;
+}
+
+void recent_keep(Recent *r, PyObject *key, PyObject *value) {
+    if (r->n < RECENT)
+        r->key[r->n] = key, r->value[r->n++] = value;
 }

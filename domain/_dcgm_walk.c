@@ -41,45 +41,6 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* float() of an ASCII " 0.5" (blanks, one number, blanks) without making a str of it: NULL
- * with no error set when the text is anything else (then float() itself is asked). */
-static PyObject *plain_float(PyObject *text, Py_ssize_t from, Py_ssize_t to) {
-    const char *s, *end, *stop;
-    char held;
-    double v;
-    if (!PyUnicode_IS_ASCII(text))
-        return NULL;
-    s = (const char *)PyUnicode_DATA(text) + from;
-    stop = (const char *)PyUnicode_DATA(text) + to;
-    while (s < stop && (*s == ' ' || *s == '\t'))
-        s++;
-    if (s == stop)
-        return NULL;
-    held = *stop;  /* the line's end: a line break, or the text's NUL; strtod stops at either */
-    if (held != '\0' && held != '\n' && held != '\r' && held != '\v' && held != '\f' && held != 0x1c && held != 0x1d
-            && held != 0x1e)
-        return NULL;
-    for (end = s; end < stop && *end != ' ' && *end != '\t'; end++)
-        ;
-    if (plain_decimal(s, end, &v)) {  /* the common value, read without the interpreter's strtod */
-        while (end < stop && (*end == ' ' || *end == '\t'))
-            end++;
-        return end == stop ? PyFloat_FromDouble(v) : NULL;
-    }
-    v = PyOS_string_to_double(s, (char **)&end, NULL);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return NULL;
-    }
-    if (end == s || end > stop)
-        return NULL;
-    while (end < stop && (*end == ' ' || *end == '\t'))
-        end++;
-    if (end != stop)
-        return NULL;  /* a timestamp, an underscore, anything else: float() decides */
-    return PyFloat_FromDouble(v);
-}
-
 /* float(rest), or what the Python helper ``fallback`` makes of it when float() refuses it
  * (``value`` raises ValueError naming the line; ``lenient`` returns None). New reference. */
 static PyObject *read_value(PyObject *rest, PyObject *line, PyObject *fallback) {
@@ -127,7 +88,7 @@ static int count(PyObject *skipped, PyObject *reason) {
 }
 
 /* The health reading of a line (domain/dcgm.py: a health series never fails the scrape). */
-static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *health_out) {
+static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *health_out, Recent *devices) {
     PyObject *hv = value, *hfield, *scale, *integer, *device, *fields, *put;
     double h, scaled;
     int is_int, r;
@@ -160,9 +121,11 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
         return -1;
     if (!isfinite(scaled) || (is_int && scaled >= int64_limit))
         return 0;
-    fields = inner_dict(health_out, device);
-    if (fields == NULL)
-        return -1;
+    if ((fields = recent_find(devices, device)) == NULL) {
+        if ((fields = inner_dict(health_out, device)) == NULL)
+            return -1;
+        recent_keep(devices, device, fields);
+    }
     r = PyDict_Contains(fields, hfield);
     if (r != 0)
         return r < 0 ? -1 : 0;
@@ -179,7 +142,7 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
  * when it was parsed as an attribution value, 0 otherwise, -1 on error. */
 static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, PyObject *cache, PyObject *from_old,
                      PyObject *per_gpu, PyObject *models, PyObject *pod_values, PyObject *health_out,
-                     PyObject *skipped) {
+                     PyObject *skipped, Recent *gpus, Recent *devices) {
     Py_ssize_t brace, close, rest_from = start, series_end;
     uint64_t hash = 0;
     int labeled = 0;
@@ -285,7 +248,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
     if (health != Py_None) {
         if (value == NULL && REST() == NULL)
             goto done;
-        if (health_reading(health, value, rest, health_out) < 0)
+        if (health_reading(health, value, rest, health_out, devices) < 0)
             goto done;
     }
     if (field != Py_None && PyUnicode_GET_LENGTH(reason) == 0) {
@@ -309,17 +272,20 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
                     PyDict_SetItem(by_pod, pod, value) < 0)
                     goto done;
             }
-            fields = PyDict_GetItemWithError(per_gpu, key);
-            if (fields == NULL) {
-                if (PyErr_Occurred())
-                    goto done;
-                fields = PyDict_New();
-                if (fields == NULL)
-                    goto done;
-                r = PyDict_SetItem(per_gpu, key, fields);
-                Py_DECREF(fields);
-                if (r < 0 || PyDict_SetItem(models, key, model) < 0)
-                    goto done;
+            if ((fields = recent_find(gpus, key)) == NULL) {
+                fields = PyDict_GetItemWithError(per_gpu, key);
+                if (fields == NULL) {
+                    if (PyErr_Occurred())
+                        goto done;
+                    fields = PyDict_New();
+                    if (fields == NULL)
+                        goto done;
+                    r = PyDict_SetItem(per_gpu, key, fields);
+                    Py_DECREF(fields);
+                    if (r < 0 || PyDict_SetItem(models, key, model) < 0)
+                        goto done;
+                }
+                recent_keep(gpus, key, fields);
             }
             r = PyDict_Contains(fields, field);
             if (r < 0)
@@ -351,6 +317,7 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
     PyObject *text, *cache, *from_old, *per_gpu, *models, *pod_values, *health_out, *skipped;
     Py_ssize_t len, i = 0, parsed = 0, lines = 0;
     int kind, plain;
+    Recent gpus = {.n = 0}, devices = {.n = 0};
     const void *data;
     if (miss == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_dcgm_walk.setup() was not called");
@@ -375,7 +342,8 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
             for (end = i; end < len && !Py_UNICODE_ISLINEBREAK(PyUnicode_READ(kind, data, end)); end++)
                 ;
         }
-        r = walk_line(text, i, end, plain, cache, from_old, per_gpu, models, pod_values, health_out, skipped);
+        r = walk_line(text, i, end, plain, cache, from_old, per_gpu, models, pod_values, health_out, skipped, &gpus,
+                      &devices);
         if (r < 0)
             return NULL;
         parsed += r;

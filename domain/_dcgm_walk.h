@@ -8,12 +8,26 @@
 PyObject *dcgm_samples(PyObject *self, PyObject *args);
 int dcgm_samples_init(void);  /* 0, or -1 with the error set */
 
-/* domain/_dcgm_table.c: series found by their bytes, plain decimals read exactly */
+/* domain/_dcgm_table.c: series found by their bytes, plain decimals read exactly, recent devices */
 #include <stdint.h>
 uint64_t series_hash(const char *s, Py_ssize_t n);
 PyObject *series_table_find(PyObject *cache, const char *s, Py_ssize_t n, uint64_t hash);  /* borrowed, or NULL */
 int series_table_put(const char *s, Py_ssize_t n, uint64_t hash, PyObject *info);  /* 0, or -1 with the error set */
 PyObject *dcgm_table_size(PyObject *self, PyObject *unused);  /* table_size() */
 int plain_decimal(const char *s, const char *stop, double *out);  /* 1 read, 0 left to float() */
+PyObject *plain_float(PyObject *text, Py_ssize_t from, Py_ssize_t to);  /* new reference, or NULL: ask float() */
+
+/* The dicts of the devices a walk met last, found by their key object: a scrape's series
+ * name a few devices over and over, with the same key objects (from the series' cached
+ * info), and the dict holding each key keeps it alive for the walk. A key not met yet, or
+ * equal to one met under another object, is looked up in the dict as before. */
+#define RECENT 16
+typedef struct {
+    PyObject *key[RECENT], *value[RECENT];  /* borrowed */
+    int n;
+} Recent;
+
+PyObject *recent_find(const Recent *r, PyObject *key);  /* borrowed, or NULL */
+void recent_keep(Recent *r, PyObject *key, PyObject *value);
 
 #endif

@@ -89,9 +89,13 @@ class Inventory:
         return self._indexes()[1].get(node, ())
 
     def node_end_ms(self, node: str) -> int | None:
-        """When the node's last GPU leaves the inventory; None while any stays (or none is known)."""
-        ends = [g.valid_to_ms for g in self.on_node(node)]
-        return None if not ends or None in ends else max(ends)
+        """When the node's last GPU leaves the inventory; None while any stays (or none is known).
+        Asked for every record of a node: worked out once per node and version of the index."""
+        ends = self._indexes_ends()
+        if node not in ends:
+            gpus = [g.valid_to_ms for g in self.on_node(node)]
+            ends[node] = None if not gpus or None in gpus else max(gpus)
+        return ends[node]
 
     def gpu(self, gpu_uuid: str, t_ms: int) -> GpuEntry | None:
         for g in self._by_uuid().get(gpu_uuid, ()):
@@ -119,8 +123,13 @@ class Inventory:
             for g in self.gpus:
                 by_uuid.setdefault(g.gpu_uuid, []).append(g)
                 by_node.setdefault(g.node, []).append(g)
-            self._index = (self.gpus, len(self.gpus), by_uuid, {n: tuple(gs) for n, gs in by_node.items()})
+            self._index = (self.gpus, len(self.gpus), by_uuid, {n: tuple(gs) for n, gs in by_node.items()}, {})
         return self._index[2], self._index[3]
+
+    def _indexes_ends(self) -> dict[str, int | None]:
+        """node -> ``node_end_ms``, as far as worked out for the index in force."""
+        self._indexes()
+        return self._index[4]
 
     def unavailable_windows(self, gpu_uuid: str, from_ms: int, to_ms: int) -> list[Unavailability]:
         return [u for u in self.unavailable if u.gpu_uuid == gpu_uuid and u.from_ms < to_ms and from_ms < u.to_ms]
