@@ -373,7 +373,7 @@ def parse_exposition(text: str) -> DcgmParse:
         parsed, lines_walked = _c_walk(text, _SERIES.young, _SERIES.from_old, per_gpu, models, pod_values, health_out,
                                        skipped)
         _age_caches(lines_walked)  # after the walk, between two scrapes too
-    keys = sorted(per_gpu, key=_device_order)
+    keys = _device_keys(per_gpu)
     samples = None if _c_samples is None else _c_samples(keys, per_gpu, models, pod_values, _per_pod, DeviceSample)
     if samples is None:
         samples = _samples(keys, per_gpu, models, pod_values)
@@ -382,6 +382,16 @@ def parse_exposition(text: str) -> DcgmParse:
 
 def _device_order(key: tuple[str, int | None]) -> tuple[str, int]:
     return key[0], -1 if key[1] is None else key[1]
+
+
+def _device_keys(per_gpu: dict) -> list[tuple[str, int | None]]:
+    """The device keys in ``_device_order``. The keys sorted as they are give that order
+    without a Python call per key wherever they can be compared: a GPU's own key (None) beside
+    one of its MIG instances (an int) cannot, and those take the key function."""
+    try:
+        return sorted(per_gpu)
+    except TypeError:
+        return sorted(per_gpu, key=_device_order)
 
 
 def _samples(keys: list, per_gpu: dict, models: dict, pod_values: dict) -> list[DeviceSample]:

@@ -85,3 +85,21 @@ def test_values_with_a_timestamp_or_extra_blanks():
     (s,) = parsed.samples
     assert (s.sm_active_ratio, s.power_w) == (0.25, 300.5)
     assert parsed.skipped == {"no UUID label": 1}
+
+
+def test_device_keys_in_device_order_whatever_their_mix():
+    """GPUs alone, MIG instances alone, and a GPU's own key beside its instances' (which do not
+    compare as they are): the order of ``_device_order`` every time."""
+    import random
+
+    from gpuledger.domain import dcgm as dcgm_module
+
+    rng = random.Random(3)
+    mixed = 0
+    for _ in range(2000):
+        keys = {(f"GPU-{rng.randrange(6)}", rng.choice([None, None, 0, 1, 2, 7, 13])) for _ in range(rng.randrange(1, 9))}
+        per_gpu = dict.fromkeys(keys, {})
+        got = dcgm_module._device_keys(per_gpu)
+        assert got == sorted(per_gpu, key=dcgm_module._device_order)
+        mixed += any((u, None) in keys and any(k[0] == u and k[1] is not None for k in keys) for u, _ in keys)
+    assert mixed > 100
