@@ -130,14 +130,19 @@ static int write_value(Buf *b, PyObject *v, int type) {
 }
 
 /* The record's fields by the program, appended to b: OK, BAD (not sure: the Python writer
- * decides; b may hold part of the record) or ERR (an exception is set). */
+ * decides; b may hold part of the record) or ERR (an exception is set). A fact's dict holds
+ * its fields in the schema's order, keyed by the same interned names: they are read in the
+ * dict's order while its keys are the program's names, one after the other, and looked up
+ * by name from the first one that is not. */
 static int write_fields(Buf *b, const char *prog, Py_ssize_t plen, PyObject *names, PyObject *record) {
-    Py_ssize_t i;
-    int r = OK;
+    Py_ssize_t i, pos = 0;
+    int r = OK, in_order = 1;
     for (i = 0; i < plen / 2 && r == OK; i++) {
         int type = prog[2 * i], null_at = prog[2 * i + 1];
-        PyObject *v = PyDict_GetItemWithError(record, PyTuple_GET_ITEM(names, i));
-        if (v == NULL)
+        PyObject *name = PyTuple_GET_ITEM(names, i), *k, *v = NULL;
+        if (in_order && !(PyDict_Next(record, &pos, &k, &v) && k == name))
+            in_order = 0;
+        if (!in_order && (v = PyDict_GetItemWithError(record, name)) == NULL)
             return PyErr_Occurred() ? ERR : BAD;
         if (type < T_STRING || type > T_DOUBLE || null_at < 0 || null_at > 2) {
             PyErr_Format(PyExc_ValueError, "program: field %zd has type %d, union %d", i, type, null_at);

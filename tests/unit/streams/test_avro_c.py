@@ -111,3 +111,32 @@ def test_the_two_writers_agree_on_hostile_values():
             assert a == b, (kind, rec)
             seen["writes" if a[0] == "takes" else "refuses"] += 1
     assert seen["writes"] > 500 and seen["refuses"] > 500, seen
+
+
+def test_the_c_writer_reads_a_record_whatever_its_key_order():
+    """A fact's dict in the schema's order is read in order; shuffled, with a field missing,
+    with a key the schema does not have among them, or keyed by equal but other str objects,
+    the C writer writes what the Python one writes (or refuses what it refuses), and the same
+    record in any order is the same bytes."""
+    rng = random.Random(7)
+    for kind in FACT_KINDS:
+        py, c = writer(kind, "python"), writer(kind, "c")
+        for _ in range(60):
+            rec = dict(_random_fact(kind, rng).__dict__)
+            names = list(rec)
+            shuffled = dict(rng.sample(list(rec.items()), len(rec)))
+            missing = dict(rec)
+            del missing[rng.choice(names)]
+            extra = {}
+            at = rng.randrange(len(names))
+            for i, (k, v) in enumerate(rec.items()):
+                if i == at:
+                    extra["not_a_field"] = "x"
+                extra[k] = v
+            other_keys = {"".join(list(k)): v for k, v in rec.items()}  # equal, not the interned names
+            assert all(a is not b for a, b in zip(other_keys, rec) if len(a) > 1)
+            same = _answer(c, rec)
+            assert same[0] == "takes"
+            for variant in (shuffled, extra, other_keys):
+                assert _answer(c, variant) == _answer(py, variant) == same, (kind, variant)
+            assert _answer(c, missing) == _answer(py, missing) == ("refuses", None), kind
