@@ -91,8 +91,10 @@ static void place(Entry e) {
     slots[i] = e;
 }
 
-int series_table_put(const char *s, Py_ssize_t n, uint64_t hash, PyObject *info) {
+int series_table_put(PyObject *cache, const char *s, Py_ssize_t n, uint64_t hash, PyObject *info) {
     Entry e;
+    if (cache != bound || series_table_find(cache, s, n, hash) != NULL)  /* rebound or put meanwhile: a helper the */
+        return 0;                                                       /* walk called ran another walk */
     if (2 * (used + 1) > capacity) {
         size_t old = capacity, i;
         Entry *was = slots, *grown = PyMem_Calloc(capacity ? 2 * capacity : 256, sizeof(Entry));

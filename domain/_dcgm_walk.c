@@ -217,8 +217,8 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
         }
         if (plain && PyTuple_CheckExact(info) && PyTuple_GET_SIZE(info) == 10) {
             int held = PyDict_Contains(cache, series);  /* the table knows only what the generation holds */
-            if (held < 0 || (held && series_table_put((const char *)PyUnicode_DATA(text) + start, series_end - start,
-                                                      hash, info) < 0))
+            if (held < 0 || (held && series_table_put(cache, (const char *)PyUnicode_DATA(text) + start,
+                                                      series_end - start, hash, info) < 0))
                 goto done;
         }
     }

@@ -12,7 +12,7 @@ int dcgm_samples_init(void);  /* 0, or -1 with the error set */
 #include <stdint.h>
 uint64_t series_hash(const char *s, Py_ssize_t n);
 PyObject *series_table_find(PyObject *cache, const char *s, Py_ssize_t n, uint64_t hash);  /* borrowed, or NULL */
-int series_table_put(const char *s, Py_ssize_t n, uint64_t hash, PyObject *info);  /* 0, or -1 with the error set */
+int series_table_put(PyObject *cache, const char *s, Py_ssize_t n, uint64_t hash, PyObject *info);  /* 0, or -1 with the error set */
 PyObject *dcgm_table_size(PyObject *self, PyObject *unused);  /* table_size() */
 int plain_decimal(const char *s, const char *stop, double *out);  /* 1 read, 0 left to float() */
 PyObject *plain_float(PyObject *text, Py_ssize_t from, Py_ssize_t to);  /* new reference, or NULL: ask float() */

@@ -118,3 +118,20 @@ def test_series_of_equal_hash_prefixes_stay_apart():
         per_gpu = _walk(text, cache)
         assert per_gpu == {(f"GPU-{i:06d}", None): {"power_w": float(i)} for i in range(3000)}
     assert _dcgm_walk.table_size() == 3000
+
+
+def test_a_walk_run_by_a_helper_of_another_walk_keeps_its_own_table():
+    """A cache helper that walks another scrape with another generation (the table rebinds to
+    it) and then answers the first walk: the first walk's series is not put into the table of
+    the other generation."""
+    other = SERIES.replace('gpu="0"', 'gpu="1"')
+    inner = {SERIES: _info("fb_used_mib"), other: _info("fb_used_mib")}
+    outer: dict = {}
+
+    def from_old(series):
+        _walk(f"{other} 1\n", inner)  # binds the table to ``inner``
+        outer[series] = _info("power_w")  # moved to the outer generation, as _Generations.from_old does
+        return outer[series]
+
+    assert _walk(f"{SERIES} 5\n", outer, from_old=from_old)[KEY] == {"power_w": 5.0}
+    assert _walk(f"{SERIES} 7\n", inner)[KEY] == {"fb_used_mib": 7.0}  # the table bound to ``inner`` answers for it
