@@ -8,115 +8,13 @@
  * utilization_fact(...) -> UtilizationFact: domain/utilization.py ``python_utilization_fact``
  *     (the same arguments), built as domain/facts.py ``built`` builds it. Where an argument is
  *     not of the type the attribution path hands over, the reference is called instead.
+ * utilization_body(...) -> (Avro body or fact, confidence): the same fact, as the body the
+ *     worker's writer (streams/_avro_c ``body_of``, handed to set_body_writer) writes of it
+ *     where it is sure of every value, else as the fact.
  * setup(python_utilization_fact, UtilizationFact, Piece): the reference and the classes, once.
+ * The fact ids' SHA-256 is in domain/_fact_id.c.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <openssl/evp.h>
-#include <string.h>
-
-static EVP_MD *sha256;
-static EVP_MD_CTX *ctx;
-
-/* The digest's input, gathered before the digest starts (a part's __str__ may run Python
- * that asks for a fact id itself): 256 bytes on the stack, more on the heap. */
-typedef struct {
-    char stack[256];
-    char *data;
-    size_t used, size;
-} Feed;
-
-static int feed(Feed *f, const char *data, size_t n) {
-    if (f->used + n > f->size) {
-        size_t size = 2 * (f->used + n);
-        char *grown = f->data == f->stack ? PyMem_Malloc(size) : PyMem_Realloc(f->data, size);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (f->data == f->stack)
-            memcpy(grown, f->stack, f->used);
-        f->data = grown;
-        f->size = size;
-    }
-    memcpy(f->data + f->used, data, n);
-    f->used += n;
-    return 0;
-}
-
-/* The UTF-8 of a str object (what str.encode() gives; a lone surrogate raises as it does). */
-static int feed_str(Feed *f, PyObject *s) {
-    Py_ssize_t n;
-    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
-    if (u == NULL)
-        return -1;
-    return feed(f, u, (size_t)n);
-}
-
-static int feed_part(Feed *f, PyObject *part) {
-    if (PyUnicode_CheckExact(part))
-        return feed_str(f, part);
-    if (part == Py_None)
-        return feed(f, "None", 4);
-    if (PyLong_CheckExact(part)) {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(part, &overflow);
-        if (v == -1 && PyErr_Occurred())
-            return -1;
-        if (!overflow) {
-            char digits[24], *p = digits + sizeof digits;
-            unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-            do {
-                *--p = (char)('0' + u % 10);
-                u /= 10;
-            } while (u);
-            if (v < 0)
-                *--p = '-';
-            return feed(f, p, (size_t)(digits + sizeof digits - p));
-        }
-    }
-    PyObject *s = PyObject_Str(part);
-    int r;
-    if (s == NULL)
-        return -1;
-    r = feed_str(f, s);
-    Py_DECREF(s);
-    return r;
-}
-
-static PyObject *hash_parts(PyObject *const *args, Py_ssize_t nargs) {
-    static const char hex[] = "0123456789abcdef";
-    Feed f;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
-    Py_ssize_t i;
-    PyObject *out = NULL;
-    int ok;
-    f.data = f.stack;
-    f.used = 0;
-    f.size = sizeof f.stack;
-    for (i = 0; i < nargs; i++)
-        if ((i && feed(&f, "\x1f", 1) < 0) || feed_part(&f, args[i]) < 0)
-            goto done;
-    ok = EVP_DigestInit_ex2(ctx, sha256, NULL) && EVP_DigestUpdate(ctx, f.data, f.used) &&
-         EVP_DigestFinal_ex(ctx, md, &md_len) && md_len >= 16;
-    if (!ok) {
-        PyErr_SetString(PyExc_RuntimeError, "SHA-256 failed (OpenSSL)");
-        goto done;
-    }
-    out = PyUnicode_New(32, 127);
-    if (out != NULL) {
-        Py_UCS1 *o = PyUnicode_1BYTE_DATA(out);
-        for (i = 0; i < 16; i++) {
-            o[2 * i] = (Py_UCS1)hex[md[i] >> 4];
-            o[2 * i + 1] = (Py_UCS1)hex[md[i] & 15];
-        }
-    }
-done:
-    if (f.data != f.stack)
-        PyMem_Free(f.data);
-    return out;
-}
+#include "_facts.h"  /* Python.h first, as it must be */
 
 static PyObject *fact_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return hash_parts(args, nargs);
@@ -130,6 +28,17 @@ static PyObject *a_ratio, *a_fb, *a_power, *a_energy, *a_uuid, *a_kind, *a_confi
 static PyObject *k_fact_id, *k_cluster, *k_gpu_uuid, *k_device_id, *k_node, *k_observed, *k_span, *k_ratio, *k_fb,
     *k_power, *k_energy, *k_capacity_fact_id, *k_kind, *k_tenant, *k_project, *k_namespace, *k_pod_name,
     *k_pod_uid, *k_confidence, *k_reason, *k_topic, *k_partition, *k_offset;
+
+#define NFIELDS 23  /* a utilization fact's */
+static PyObject **field_keys[NFIELDS] = {
+    &k_fact_id, &k_cluster, &k_gpu_uuid, &k_device_id, &k_node, &k_observed, &k_span, &k_ratio, &k_fb, &k_power,
+    &k_energy, &k_capacity_fact_id, &k_kind, &k_tenant, &k_project, &k_namespace, &k_pod_name, &k_pod_uid,
+    &k_confidence, &k_reason, &k_topic, &k_partition, &k_offset};
+/* streams/_avro_c's writer of a body from values in the schema's order (its capsule BODY_API) */
+#define BODY_API "gpuledger.streams._avro_c.body_of"
+typedef PyObject *(*BodyOf)(const char *program, Py_ssize_t program_len, PyObject *const *values, Py_ssize_t n);
+static BodyOf body_of;
+static PyObject *body_program;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *cls, *piece;
@@ -154,15 +63,16 @@ static int put(PyObject *d, PyObject *key, PyObject *value) {
 /* The answer is the reference's: where an argument is not of the type expected here. */
 #define FALLBACK() do { result = PyObject_Vectorcall(py_utilization, args, nargs, NULL); goto done; } while (0)
 
-static PyObject *utilization_fact(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The fact of utilization_fact's arguments, or with ``encoded`` (and a body writer set) its
+ * Avro body where the writer is sure of every value; *confidence_out its confidence when
+ * asked for and built here (NULL when the reference built it). */
+static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyObject **confidence_out) {
     PyObject *cluster, *node, *t, *s, *pos, *device, *a, *b, *piece, *why, *per_pod, *held, *n_targets;
     PyObject *ratio = NULL, *kind = NULL, *confidence = NULL, *reason = NULL, *d = NULL, *result = NULL;
-    PyObject *pk = NULL, *pc = NULL, *ns = NULL, *pn = NULL, *uid = NULL, *parts[5];
+    PyObject *pk = NULL, *pc = NULL, *ns = NULL, *pn = NULL, *uid = NULL, *parts[5], *vals[NFIELDS] = {NULL};
     long long t_ms, a_ms, b_ms, span;
     int overflow, i;
     static PyObject **piece_attrs[] = {&a_fact_id, &a_tenant, &a_project, &a_namespace, &a_pod_name, &a_pod_uid};
-    static PyObject **piece_keys[] = {&k_capacity_fact_id, &k_tenant, &k_project, &k_namespace, &k_pod_name,
-                                      &k_pod_uid};
     if (py_utilization == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_facts.setup() was not called");
         return NULL;
@@ -256,37 +166,54 @@ static PyObject *utilization_fact(PyObject *self, PyObject *const *args, Py_ssiz
             }
         }
     }
-    if ((d = _PyDict_NewPresized(23)) == NULL)  /* the fact's 23 fields, without growing on the way */
-        goto done;
+    /* the fact's 23 fields, in the order of its dataclass and its Avro schema; the first that
+     * cannot be read raises, as the dict built field by field did */
+#define SET(i, expr) if ((vals[i] = (expr)) == NULL) goto done
     parts[0] = s_utilization, parts[1] = cluster, parts[2] = device, parts[3] = t, parts[4] = a;
-    if (put(d, k_fact_id, hash_parts(parts, a_ms != t_ms ? 5 : 4)) < 0 || PyDict_SetItem(d, k_cluster, cluster) < 0 ||
-        put(d, k_gpu_uuid, PyObject_GetAttr(s, a_uuid)) < 0 || PyDict_SetItem(d, k_device_id, device) < 0 ||
-        PyDict_SetItem(d, k_node, node) < 0 || PyDict_SetItem(d, k_observed, t) < 0 ||
-        put(d, k_span, PyLong_FromLongLong(span > 0 ? span : 0)) < 0 || PyDict_SetItem(d, k_ratio, ratio) < 0 ||
-        put(d, k_fb, PyObject_GetAttr(s, a_fb)) < 0 || put(d, k_power, PyObject_GetAttr(s, a_power)) < 0 ||
-        put(d, k_energy, PyObject_GetAttr(s, a_energy)) < 0)
-        goto done;
-    if (piece == Py_None) {
-        if (PyDict_SetItem(d, k_capacity_fact_id, s_empty) < 0 || PyDict_SetItem(d, k_kind, kind) < 0)
+    SET(0, hash_parts(parts, a_ms != t_ms ? 5 : 4));
+    SET(1, Py_NewRef(cluster));
+    SET(2, PyObject_GetAttr(s, a_uuid));
+    SET(3, Py_NewRef(device));
+    SET(4, Py_NewRef(node));
+    SET(5, Py_NewRef(t));
+    SET(6, PyLong_FromLongLong(span > 0 ? span : 0));
+    SET(7, Py_NewRef(ratio));
+    SET(8, PyObject_GetAttr(s, a_fb));
+    SET(9, PyObject_GetAttr(s, a_power));
+    SET(10, PyObject_GetAttr(s, a_energy));
+    SET(11, piece == Py_None ? Py_NewRef(s_empty) : PyObject_GetAttr(piece, a_fact_id));
+    SET(12, Py_NewRef(kind));
+    for (i = 1; i < 6; i++)  /* tenant_id .. pod_uid */
+        SET(12 + i, piece == Py_None ? Py_NewRef(s_empty) : PyObject_GetAttr(piece, *piece_attrs[i]));
+    SET(18, Py_NewRef(confidence));
+    SET(19, Py_NewRef(reason));
+    SET(20, PyObject_GetAttr(pos, a_topic));
+    SET(21, PyObject_GetAttr(pos, a_partition));
+    SET(22, PyObject_GetAttr(pos, a_offset));
+#undef SET
+    if (body_of != NULL && encoded) {  /* the Avro body, where the writer is sure of every value */
+        if ((result = body_of(PyBytes_AS_STRING(body_program), PyBytes_GET_SIZE(body_program), vals, NFIELDS)) == NULL)
             goto done;
-        for (i = 1; i < 6; i++)
-            if (PyDict_SetItem(d, *piece_keys[i], s_empty) < 0)
-                goto done;
-    } else {
-        if (put(d, k_capacity_fact_id, PyObject_GetAttr(piece, a_fact_id)) < 0 || PyDict_SetItem(d, k_kind, kind) < 0)
+        if (result != Py_None) {
+            if (confidence_out != NULL)
+                *confidence_out = Py_NewRef(confidence);
             goto done;
-        for (i = 1; i < 6; i++)
-            if (put(d, *piece_keys[i], PyObject_GetAttr(piece, *piece_attrs[i])) < 0)
-                goto done;
+        }
+        Py_CLEAR(result);  /* not sure of one: the fact, which the writers name what is wrong with */
     }
-    if (PyDict_SetItem(d, k_confidence, confidence) < 0 || PyDict_SetItem(d, k_reason, reason) < 0 ||
-        put(d, k_topic, PyObject_GetAttr(pos, a_topic)) < 0 || put(d, k_partition, PyObject_GetAttr(pos, a_partition)) < 0 ||
-        put(d, k_offset, PyObject_GetAttr(pos, a_offset)) < 0)
+    if ((d = _PyDict_NewPresized(NFIELDS)) == NULL)  /* without growing on the way */
         goto done;
+    for (i = 0; i < NFIELDS; i++)
+        if (PyDict_SetItem(d, *field_keys[i], vals[i]) < 0)
+            goto done;
     result = PyBaseObject_Type.tp_new((PyTypeObject *)utilization_cls, no_args, NULL);
     if (result != NULL && PyObject_GenericSetAttr(result, s_dict, d) < 0)
         Py_CLEAR(result);
+    if (result != NULL && confidence_out != NULL)
+        *confidence_out = Py_NewRef(confidence);
 done:
+    for (i = 0; i < NFIELDS; i++)
+        Py_XDECREF(vals[i]);
     Py_XDECREF(ratio);
     Py_XDECREF(kind);
     Py_XDECREF(confidence);
@@ -300,12 +227,55 @@ done:
     return result;
 }
 
+static PyObject *utilization_fact(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return build(args, nargs, 0, NULL);
+}
+
+static PyObject *utilization_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *confidence = NULL, *out, *got = build(args, nargs, 1, &confidence);
+    if (got == NULL)
+        return NULL;
+    if (confidence == NULL && (confidence = PyObject_GetAttr(got, a_confidence)) == NULL) {  /* the reference's */
+        Py_DECREF(got);
+        return NULL;
+    }
+    out = PyTuple_Pack(2, got, confidence);
+    Py_DECREF(got);
+    Py_DECREF(confidence);
+    return out;
+}
+
+static PyObject *set_body_writer(PyObject *self, PyObject *args) {
+    PyObject *capsule, *program, *names;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "OO!O!", &capsule, &PyBytes_Type, &program, &PyTuple_Type, &names))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != NFIELDS || PyBytes_GET_SIZE(program) != 2 * NFIELDS)
+        Py_RETURN_FALSE;
+    for (i = 0; i < NFIELDS; i++) {
+        int r = PyObject_RichCompareBool(PyTuple_GET_ITEM(names, i), *field_keys[i], Py_EQ);
+        if (r < 0)
+            return NULL;
+        if (!r)
+            Py_RETURN_FALSE;  /* another schema than the fields built here: facts stay objects */
+    }
+    if ((body_of = (BodyOf)PyCapsule_GetPointer(capsule, BODY_API)) == NULL)
+        return NULL;
+    Py_XSETREF(body_program, Py_NewRef(program));
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"fact_id", (PyCFunction)(void (*)(void))fact_id, METH_FASTCALL,
      "fact_id(*parts) -> the first 32 hex digits of SHA-256 over str(part)s joined by U+001F (UTF-8)"},
     {"utilization_fact", (PyCFunction)(void (*)(void))utilization_fact, METH_FASTCALL,
      "utilization_fact(cluster_id, node, t, s, pos, device, a, b, piece, why, per_pod, held, n_targets): "
      "see domain/utilization.py"},
+    {"utilization_body", (PyCFunction)(void (*)(void))utilization_body, METH_FASTCALL,
+     "utilization_body(<utilization_fact's arguments>) -> (Avro body or fact, confidence): see domain/utilization.py"},
+    {"set_body_writer", set_body_writer, METH_VARARGS,
+     "set_body_writer(capsule, program, names) -> bool: utilization_body writes bodies from now on (True), or the "
+     "schema is not the fields built here (False)"},
     {"setup", setup, METH_VARARGS, "setup(python_utilization_fact, UtilizationFact, Piece)"},
     {NULL, NULL, 0, NULL},
 };
@@ -317,12 +287,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_facts", NULL, -1, m
         return NULL;
 
 PyMODINIT_FUNC PyInit__facts(void) {
-    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
-    ctx = EVP_MD_CTX_new();
-    if (sha256 == NULL || ctx == NULL) {
-        PyErr_SetString(PyExc_ImportError, "OpenSSL has no SHA-256 here");
+    if (fact_id_init() < 0)
         return NULL;
-    }
     INTERN(s_utilization, "utilization")
     INTERN(s_allocated, "allocated")
     INTERN(s_unattributed, "unattributed")

@@ -5,25 +5,28 @@
  * is handed to ``fallback(sample)`` in its turn, so the facts keep the samples' order.
  *
  * exclusive_facts(cluster_id, node, t, end, samples, pos, gap_reason, pieces_by_device,
- *                 gpus_by_uuid, out, fallback) -> (attributed, unattributed)
+ *                 gpus_by_uuid, out, fallback[, encoded]) -> (attributed, unattributed)
  *
  * For each sample s of an exclusive GPU (the first inventory entry of s.gpu_uuid valid at t):
  * the pieces of the GPU (sorted by start, not overlapping) that overlap [t, end) each give a
  * fact over their overlap; none give one fact over [t, end) with the piece covering t (none)
  * and ``gap_reason``. The facts are ``utilization_fact``'s (domain/_facts.c), appended to
- * ``out``; the counts are of each sample's first fact, attributed or not. Times epoch ms. */
+ * ``out``; the counts are of each sample's first fact, attributed or not. Times epoch ms.
+ * ``encoded`` True (and ``utilization_body`` handed to setup): each fact appended as the Avro
+ * body ``utilization_body`` writes of it, or as the fact where it writes none. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static PyObject *utilization_fact, *sample_cls, *piece_cls;
+static PyObject *utilization_fact, *utilization_body, *sample_cls, *piece_cls;
 static PyObject *s_exclusive, *s_unattributed, *s_empty, *one, *no_pods;
 static PyObject *a_uuid, *a_per_pod, *a_mode, *a_from, *a_to, *a_start, *a_end, *a_confidence;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *f, *sample, *piece;
-    if (!PyArg_ParseTuple(args, "OO!O!", &f, &PyType_Type, &sample, &PyType_Type, &piece))
+    PyObject *f, *sample, *piece, *body = Py_None;
+    if (!PyArg_ParseTuple(args, "OO!O!|O", &f, &PyType_Type, &sample, &PyType_Type, &piece, &body))
         return NULL;
     Py_XSETREF(utilization_fact, Py_NewRef(f));
+    Py_XSETREF(utilization_body, Py_NewRef(body));
     Py_XSETREF(sample_cls, Py_NewRef(sample));
     Py_XSETREF(piece_cls, Py_NewRef(piece));
     Py_RETURN_NONE;
@@ -94,22 +97,36 @@ static int exclusive_at(PyObject *gpus_by_uuid, PyObject *uuid, long long t) {
     return 0;
 }
 
-/* One fact appended to out; *unattributed set from its confidence. 0 done, -1 error. */
+/* One fact appended to out (with ``encoded``, its Avro body where utilization_body wrote one);
+ * *unattributed set from its confidence. 0 done, -1 error. */
 static int emit(PyObject *const *head, PyObject *s, PyObject *uuid, PyObject *a, PyObject *b, PyObject *piece,
                 PyObject *why, PyObject *out, int *unattributed) {
-    PyObject *args[13], *fact, *confidence;
+    PyObject *args[13], *fact, *confidence, *got = NULL;
     int r;
     args[0] = head[0], args[1] = head[1], args[2] = head[2], args[3] = s, args[4] = head[3], args[5] = uuid;
     args[6] = a, args[7] = b, args[8] = piece, args[9] = why, args[10] = no_pods, args[11] = no_pods, args[12] = one;
-    if ((fact = PyObject_Vectorcall(utilization_fact, args, 13, NULL)) == NULL)
-        return -1;
-    r = PyList_Append(out, fact);
-    if (r == 0 && (confidence = PyObject_GetAttr(fact, a_confidence)) != NULL) {
-        *unattributed = PyUnicode_CheckExact(confidence) && PyUnicode_Compare(confidence, s_unattributed) == 0;
-        Py_DECREF(confidence);
+    if (head[4] == Py_True) {  /* (body or fact, confidence) */
+        if ((got = PyObject_Vectorcall(utilization_body, args, 13, NULL)) == NULL)
+            return -1;
+        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) {
+            Py_DECREF(got);
+            PyErr_SetString(PyExc_TypeError, "utilization_body() returns (body or fact, confidence)");
+            return -1;
+        }
+        fact = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+        confidence = Py_NewRef(PyTuple_GET_ITEM(got, 1));
+        Py_DECREF(got);
     } else {
-        r = -1;
+        if ((fact = PyObject_Vectorcall(utilization_fact, args, 13, NULL)) == NULL)
+            return -1;
+        if ((confidence = PyObject_GetAttr(fact, a_confidence)) == NULL) {
+            Py_DECREF(fact);
+            return -1;
+        }
     }
+    r = PyList_Append(out, fact);
+    *unattributed = PyUnicode_CheckExact(confidence) && PyUnicode_Compare(confidence, s_unattributed) == 0;
+    Py_DECREF(confidence);
     Py_DECREF(fact);
     return r;
 }
@@ -215,7 +232,7 @@ done:
 }
 
 static PyObject *exclusive_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *t, *end, *samples, *gap, *pieces_by_device, *gpus_by_uuid, *out, *fallback, *seq, *head[4];
+    PyObject *t, *end, *samples, *gap, *pieces_by_device, *gpus_by_uuid, *out, *fallback, *seq, *head[5];
     long long t_ms, end_ms = 0;
     long attributed = 0, unattributed = 0;
     Py_ssize_t i;
@@ -224,10 +241,11 @@ static PyObject *exclusive_facts(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_RuntimeError, "_samples.setup() was not called");
         return NULL;
     }
-    if (nargs != 11) {
-        PyErr_Format(PyExc_TypeError, "exclusive_facts() takes 11 arguments (%zd given)", nargs);
+    if (nargs != 11 && nargs != 12) {
+        PyErr_Format(PyExc_TypeError, "exclusive_facts() takes 11 or 12 arguments (%zd given)", nargs);
         return NULL;
     }
+    head[4] = nargs == 12 && args[11] == Py_True && utilization_body != Py_None ? Py_True : Py_False;  /* encoded */
     head[0] = args[0], head[1] = args[1], head[2] = t = args[2], end = args[3], samples = args[4], head[3] = args[5];
     gap = args[6], pieces_by_device = args[7], gpus_by_uuid = args[8], out = args[9], fallback = args[10];
     if (!PyLong_CheckExact(t) || !PyLong_CheckExact(end) || !PyUnicode_CheckExact(gap) ||
@@ -269,8 +287,8 @@ error:
 static PyMethodDef methods[] = {
     {"exclusive_facts", (PyCFunction)(void (*)(void))exclusive_facts, METH_FASTCALL,
      "exclusive_facts(cluster_id, node, t, end, samples, pos, gap_reason, pieces_by_device, gpus_by_uuid, out, "
-     "fallback) -> (attributed, unattributed): see domain/samples.py"},
-    {"setup", setup, METH_VARARGS, "setup(utilization_fact, DeviceSample, Piece)"},
+     "fallback[, encoded]) -> (attributed, unattributed): see domain/samples.py"},
+    {"setup", setup, METH_VARARGS, "setup(utilization_fact, DeviceSample, Piece[, utilization_body])"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,13 +14,21 @@ from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
 from gpuledger.domain.facts import SourcePos
 from gpuledger.domain.segments import NEG_INF, NodeState
-from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_fact
+from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_body, utilization_fact
 
 __all__ = ["SampleAttribution", "drop_before"]
 
 
 class SampleAttribution:
-    """Mixed into ``Attributor``: uses its nodes, hosts, watermarks and fact buffers."""
+    """Mixed into ``Attributor``: uses its nodes, hosts, watermarks and fact buffers.
+
+    ``encoded``: the utilization facts of exclusive GPUs' samples go out as their Avro bodies
+    (bytes, as streams/fact_batches.py writes them) wherever the writer is sure of every value,
+    instead of as facts: what a worker does, which only writes them to the fact topics. The
+    others (MIG, time-sliced and vGPU devices, a value the writer refuses) stay facts.
+    """
+
+    encoded = False
 
     def _attribute_guest_samples(self) -> None:
         keep = []
@@ -89,7 +97,7 @@ class SampleAttribution:
             fallback = partial(self._emit_sample, node, st, t, end, pos=pos, reason="")  # (the sample)
             attributed, unattributed = exclusive_facts(
                 self.cluster_id, node, t, end, scrape[1], pos, _gap_reason(st, t), st.pieces,
-                self.inventory.by_uuid(), self._util_out, fallback)
+                self.inventory.by_uuid(), self._util_out, fallback, self.encoded)
             self.counters.samples_attributed += attributed
             self.counters.samples_unattributed += unattributed
         st.pending_scrapes = keep
@@ -170,7 +178,7 @@ try:  # built at install (pyproject.toml): a scrape's samples on exclusive GPUs,
 except ImportError:  # pragma: no cover — tests/unit/domain/test_samples_c.py requires it
     exclusive_facts = None
 else:
-    _samples.setup(utilization_fact, DeviceSample, Piece)
+    _samples.setup(utilization_fact, DeviceSample, Piece, utilization_body)
     exclusive_facts = _samples.exclusive_facts
 
 

@@ -97,6 +97,10 @@ try:  # built at install (pyproject.toml); a source tree without the build build
     from gpuledger.domain import _facts
 except ImportError:  # pragma: no cover — tests/unit/domain/test_facts_c.py requires it
     utilization_fact = python_utilization_fact
+    utilization_body = None
 else:
     _facts.setup(python_utilization_fact, UtilizationFact, Piece)
     utilization_fact = _facts.utilization_fact
+    # (Avro body or fact, confidence): the body once the worker's writer is set
+    # (streams/fact_batches.py ``encode_utilization_bodies``), the fact until then
+    utilization_body = _facts.utilization_body

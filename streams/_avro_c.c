@@ -338,9 +338,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_avro_c", NULL, -1, 
 
 PyMODINIT_FUNC PyInit__avro_c(void) {
     const uint16_t one = 1;
+    PyObject *m, *api = NULL;
     if (*(const unsigned char *)&one != 1) {
         PyErr_SetString(PyExc_ImportError, "_avro_c reads doubles as little-endian; this host is big-endian");
         return NULL;
     }
-    return PyModule_Create(&module);
+    if ((m = PyModule_Create(&module)) == NULL)
+        return NULL;
+    if ((api = PyCapsule_New((void *)avro_body_of, BODY_API, NULL)) == NULL || PyModule_AddObject(m, "body_of", api) < 0) {
+        Py_XDECREF(api);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

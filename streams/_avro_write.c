@@ -26,7 +26,8 @@
  * emit or on_full other than BufferError is raised, the facts before it emitted.
  *
  * write_bodies(program, names, cls, facts, start, budget) -> (bytes, int)
- *   program, names, cls, facts, start   as write_each's
+ *   program, names, cls, facts, start   as write_each's; a bytes among the facts is a fact's
+ *            body written already (``avro_body_of``), taken as it is
  *   budget   stop once this many bytes are written (after the fact that reaches it)
  * The Avro bodies of the facts from ``start`` on, back to back with no header (the items of an
  * Avro array block), and the index of the first fact not written: one write would return None
@@ -129,6 +130,26 @@ static int write_value(Buf *b, PyObject *v, int type) {
     return BAD;
 }
 
+/* Field i of the program, of value v, appended to b: OK, BAD (not sure of it) or ERR. */
+static int write_field(Buf *b, const char *prog, Py_ssize_t i, PyObject *v) {
+    int type = prog[2 * i], null_at = prog[2 * i + 1];
+    if (type < T_STRING || type > T_DOUBLE || null_at < 0 || null_at > 2) {
+        PyErr_Format(PyExc_ValueError, "program: field %zd has type %d, union %d", i, type, null_at);
+        return ERR;
+    }
+    if (null_at) {  /* 1: null is branch 0, 2: null is branch 1 */
+        unsigned char branch;
+        if (v == Py_None) {
+            branch = null_at == 1 ? 0 : 2;
+            return put(b, &branch, 1);
+        }
+        branch = null_at == 1 ? 2 : 0;
+        if (put(b, &branch, 1) != OK)
+            return ERR;
+    }
+    return write_value(b, v, type);
+}
+
 /* The record's fields by the program, appended to b: OK, BAD (not sure: the Python writer
  * decides; b may hold part of the record) or ERR (an exception is set). A fact's dict holds
  * its fields in the schema's order, keyed by the same interned names: they are read in the
@@ -138,30 +159,35 @@ static int write_fields(Buf *b, const char *prog, Py_ssize_t plen, PyObject *nam
     Py_ssize_t i, pos = 0;
     int r = OK, in_order = 1;
     for (i = 0; i < plen / 2 && r == OK; i++) {
-        int type = prog[2 * i], null_at = prog[2 * i + 1];
         PyObject *name = PyTuple_GET_ITEM(names, i), *k, *v = NULL;
         if (in_order && !(PyDict_Next(record, &pos, &k, &v) && k == name))
             in_order = 0;
         if (!in_order && (v = PyDict_GetItemWithError(record, name)) == NULL)
             return PyErr_Occurred() ? ERR : BAD;
-        if (type < T_STRING || type > T_DOUBLE || null_at < 0 || null_at > 2) {
-            PyErr_Format(PyExc_ValueError, "program: field %zd has type %d, union %d", i, type, null_at);
-            return ERR;
-        }
-        if (null_at) {  /* 1: null is branch 0, 2: null is branch 1 */
-            unsigned char branch;
-            if (v == Py_None) {
-                branch = null_at == 1 ? 0 : 2;
-                r = put(b, &branch, 1);
-                continue;
-            }
-            branch = null_at == 1 ? 2 : 0;
-            if (put(b, &branch, 1) != OK)
-                return ERR;
-        }
-        r = write_value(b, v, type);
+        r = write_field(b, prog, i, v);
     }
     return r;
+}
+
+/* The Avro body of a record whose fields' values are handed in the schema's order, as
+ * write_fields writes it from a dict holding them: a new bytes, None where the writer is not
+ * sure of a value (the record's own dict then goes to the writers, which name the field), or
+ * NULL with the error set. For the C steps of other modules that build facts (the capsule
+ * ``body_of``, BODY_API). */
+PyObject *avro_body_of(const char *prog, Py_ssize_t plen, PyObject *const *values, Py_ssize_t n) {
+    Buf b;
+    Py_ssize_t i;
+    int r = n == plen / 2 ? OK : BAD;
+    PyObject *out;
+    b.p = b.small;
+    b.n = 0;
+    b.cap = sizeof b.small;
+    for (i = 0; i < n && r == OK; i++)
+        r = write_field(&b, prog, i, values[i]);
+    out = r == OK ? PyBytes_FromStringAndSize(b.p, b.n) : r == BAD ? Py_NewRef(Py_None) : NULL;
+    if (b.p != b.small)
+        PyMem_Free(b.p);
+    return out;
 }
 
 /* header + the record's fields by the program into b (which the caller frees). */
@@ -298,6 +324,11 @@ PyObject *avro_write_bodies(PyObject *self, PyObject *args) {
         PyObject *fact = PyList_GET_ITEM(facts, i), *record;
         Py_ssize_t before = b.n;
         int r;
+        if (PyBytes_CheckExact(fact)) {  /* a body written when the fact was made (avro_body_of) */
+            if (put(&b, PyBytes_AS_STRING(fact), PyBytes_GET_SIZE(fact)) != OK)
+                goto done;
+            continue;
+        }
         if ((PyObject *)Py_TYPE(fact) != cls)
             break;  /* the Python path says what is wrong with it */
         if ((record = PyObject_GenericGetDict(fact, NULL)) == NULL)  /* fact.__dict__ */

@@ -104,8 +104,11 @@ class Broadcast:
 
 class Engine:
     def __init__(self, topics: Topics, dead_letter: DeadLetter, stale_ceiling_ms: int, node_grace_ms: int,
-                 max_future_skew_ms: int = 86_400_000, lateness_ms: int = 3_600_000) -> None:
+                 max_future_skew_ms: int = 86_400_000, lateness_ms: int = 3_600_000, encoded: bool = False) -> None:
+        """``encoded``: the units' utilization facts of exclusive GPUs come out as their Avro
+        bodies (domain/samples.py ``SampleAttribution``), for a worker that only writes them."""
         self.topics = topics
+        self.encoded = encoded
         self.dead_letter = dead_letter
         self.stale_ceiling_ms, self.node_grace_ms = stale_ceiling_ms, node_grace_ms
         self.max_future_skew_ms, self.lateness_ms = max_future_skew_ms, lateness_ms
@@ -133,8 +136,9 @@ class Engine:
             unit.next_offsets, unit.first_offsets = dict(state["next_offsets"]), dict(state["first_offsets"])
             unit.wm, unit.dead_lettered = dict(state["wm"]), state["dead_lettered"]
             for cluster, st in state["attributors"].items():
-                unit.attributors[cluster] = Attributor.from_state(
+                att = unit.attributors[cluster] = Attributor.from_state(
                     st, self.stale_ceiling_ms, self.node_grace_ms, self._shared(cluster), number == 0, self.lateness_ms)
+                att.encoded = self.encoded
         self.units[number] = unit
         self._behind_broadcast(unit)
         return self._fits(unit, self.bcast.pruned_before_ms)
@@ -255,6 +259,7 @@ class Engine:
         if att is None:
             att = unit.attributors[cluster] = Attributor(cluster, self.stale_ceiling_ms, self.node_grace_ms,
                                                          self._shared(cluster), unit.number == 0, self.lateness_ms)
+            att.encoded = self.encoded
         return att
 
     def handle_broadcast(self, topic: str, partition: int, offset: int, value: bytes | None,

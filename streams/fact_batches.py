@@ -40,13 +40,14 @@ from gpuledger.streams.avro_writer import check_program, varint
 from gpuledger.streams.fact_codec import _CODECS, _HEADER, BULK_KINDS, FACT_KINDS, FactCodecError, emit_encoded
 
 try:  # built at install (pyproject.toml), as the rest of _avro_c
+    from gpuledger.streams._avro_c import body_of as _body_of
     from gpuledger.streams._avro_c import split_batch as _split_batch
     from gpuledger.streams._avro_c import write_bodies as _write_bodies
 except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py requires it
-    _split_batch = _write_bodies = None
+    _body_of = _split_batch = _write_bodies = None
 
-__all__ = ["BATCH_HEADER", "BATCH_HEADERS", "BATCH_MAX_BYTES", "batch_schema_name", "emit_batched", "is_batch",
-           "split_batch"]
+__all__ = ["BATCH_HEADER", "BATCH_HEADERS", "BATCH_MAX_BYTES", "batch_schema_name", "emit_batched",
+           "encode_utilization_bodies", "is_batch", "split_batch"]
 
 BATCH_HEADER = ("gpuledger-batch", b"1")  # the Kafka header of a batch record
 BATCH_HEADERS = [BATCH_HEADER]
@@ -154,7 +155,7 @@ def _emit_kind(kind: str, facts: list, topic: str, emit, on_full, on_error, max_
                 on_error(kind, facts[start], exc)
                 continue
         if not count:
-            first_id = facts[start].fact_id
+            first_id = _fact_id_of(facts[start])
         parts.append(bodies)
         size, count = size + len(bodies), count + i - start
         if size >= max_bytes:
@@ -165,6 +166,34 @@ def _emit_kind(kind: str, facts: list, topic: str, emit, on_full, on_error, max_
         send()
         emitted += count
     return emitted
+
+
+def _fact_id_of(fact) -> str:
+    """A fact's id, or the id a fact's Avro body starts with (``fact_id`` is the first field of
+    every fact schema: a zigzag varint length, then the id's UTF-8)."""
+    if type(fact) is not bytes:
+        return fact.fact_id
+    shift = length = i = 0
+    while True:
+        byte = fact[i]
+        length |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if byte < 0x80:
+            break
+    return fact[i:i + (length >> 1)].decode()
+
+
+def encode_utilization_bodies() -> bool:
+    """From now on, the engine's utilization facts of exclusive GPUs are made as the Avro
+    bodies the batch records carry (``Engine(encoded=True)``: domain/samples.py), by this
+    module's writer and with its checks: a worker writes them to the fact topics and nothing
+    else. False where the C modules are not built or the schema is not the fields they build
+    (the facts then stay facts)."""
+    w = _WRITERS["utilization"]
+    if _body_of is None or w.bodies is None:
+        return False
+    from gpuledger.domain import _facts
+    return _facts.set_body_writer(_body_of, w.bodies.args[0], w.bodies.args[1])
 
 
 def split_batch(kind: str, value: bytes) -> list[bytes]:

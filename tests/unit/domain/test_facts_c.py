@@ -186,3 +186,45 @@ def test_utilization_facts_of_unexpected_arguments_are_the_references() -> None:
         assert c == py, case
         outcomes.add(c[0] if c[0] == "built" else c[1])
     assert {"built", "ZeroDivisionError", "AttributeError", "UnicodeEncodeError"} <= outcomes, outcomes
+
+
+def _body_or_error(args) -> tuple:
+    """What ``utilization_body`` gives, as the reference fact it stands for: its body is the
+    writer's body of that fact; where it gives the fact instead, the fact itself."""
+    from gpuledger.streams.fact_codec import encode_fact
+
+    try:
+        value, confidence = _facts.utilization_body(*args)
+    except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
+        return ("raises", type(exc).__name__, str(exc))
+    reference = python_utilization_fact(*args)
+    assert confidence == reference.confidence
+    if type(value) is bytes:
+        assert value == encode_fact("utilization", reference)[5:], args
+        return ("built", type(reference), repr(vars(reference)))
+    return ("built", type(value), repr(vars(value)))
+
+
+def test_utilization_bodies_are_the_writers_bodies_of_the_facts() -> None:
+    """With the worker's writer set, every fact the C step builds is its Avro body, byte for byte
+    the body of the reference's fact; the arguments it does not take are the reference's (the
+    same fact or the same error), and a value the writer refuses leaves the fact, which the
+    writers then name."""
+    from gpuledger.streams.fact_batches import encode_utilization_bodies
+
+    assert encode_utilization_bodies()
+    rng = random.Random(41)
+    bodies = 0
+    for _ in range(3000):
+        args = _utilization_args(rng)
+        assert _body_or_error(args) == _fact_or_error(python_utilization_fact, args), args
+        bodies += type(_facts.utilization_body(*args)[0]) is bytes
+    assert bodies > 2500
+    base = _spoiled(_utilization_args(random.Random(3)), piece=None)
+    for case in (_spoiled(base, s=DeviceSample("GPU-a", None, float("nan"), 1, 2.0, 3.0, "H100", ())),
+                 _spoiled(base, s=DeviceSample("GPU-a", None, 0.5, 2**70, 2.0, 3.0, "H100", ())),
+                 _spoiled(base, s=DeviceSample("GPU-a", None, 0.5, 1, float("inf"), 3.0, "H100", ())),
+                 _spoiled(base, pos=SourcePos("dcgm", 2**40, 1)), _spoiled(base, t=True), _spoiled(base, pos=None)):
+        value, _ = _facts.utilization_body(*case) if _body_or_error(case)[0] == "built" else (None, None)
+        assert _body_or_error(case) == _fact_or_error(python_utilization_fact, case), case
+        assert type(value) is not bytes, case  # the writer refuses a value of it, or the reference built it
