@@ -76,3 +76,29 @@ class MemoryPipeline:
                 self.proc.handle(topic, p, off, value)
             self.proc.flush()
         self.proc.flush(closing=True)  # a bounded run: its input ends here
+
+
+def fleet_batches(plan, every: int, encoded: bool = False) -> list:
+    """A generated fleet (bench/fleet_gen.py) through the engine as a worker feeds it (bench/
+    hotpath.py ``engine_over``): every record handled, the facts taken every ``every`` records
+    and at the end; the batches taken, in order. A dead letter fails the test."""
+    import pytest
+
+    from gpuledger.bench.fleet_gen import publish_fleet
+    from gpuledger.bench.hotpath import PARTITIONS as FLEET_PARTITIONS
+    from gpuledger.bench.hotpath import MemoryPublisher, engine_over
+
+    topics = Topics("fleet", FLEET_PARTITIONS, 30)
+    pub = MemoryPublisher()
+    publish_fleet(plan, pub, topics, lambda _m: None)
+    engine, placed = engine_over(pub, topics, lambda *a: pytest.fail(f"dead letter {a[:2]}"))
+    engine.encoded = encoded
+    batches = []
+    for i, (topic, partition, offset, value) in enumerate(placed, 1):
+        if topic in engine.unit_topics:
+            engine.handle_unit(topic, partition, offset, value)
+        if topic in engine.broadcast_topics:
+            engine.handle_broadcast(topic, partition, offset, value, dead_letter=topic not in engine.unit_topics)
+        if i % every == 0 or i == len(placed):
+            batches.append(engine.advance(closing=i == len(placed)))
+    return batches

@@ -5,33 +5,17 @@ the body the writer writes of the fact the engine makes without it, in the same 
 facts made elsewhere, samples before a node's first snapshot, stay facts among them), and the
 batch records are the same."""
 
-import pytest
-
-from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
-from gpuledger.bench.hotpath import PARTITIONS, MemoryPublisher, engine_over
-from gpuledger.bus.topics import Topics
+from gpuledger.bench.fleet_gen import fleet_plan
 from gpuledger.domain.facts import FactBatch
 from gpuledger.streams.fact_batches import emit_batched, encode_utilization_bodies
 from gpuledger.streams.fact_codec import _CODECS, FACT_KINDS, encode_fact
+from pipeline import fleet_batches
 
 HEADER = 5  # a framed single fact: 0x00 and the 4-byte schema version
 
 
 def _utilization(plan, encoded: bool) -> list:
-    topics = Topics("enc", PARTITIONS, 30)
-    pub = MemoryPublisher()
-    publish_fleet(plan, pub, topics, lambda _m: None)
-    engine, placed = engine_over(pub, topics, lambda *a: pytest.fail(f"dead letter {a[:2]}"))
-    engine.encoded = encoded
-    out = []
-    for i, (topic, partition, offset, value) in enumerate(placed, 1):
-        if topic in engine.unit_topics:
-            engine.handle_unit(topic, partition, offset, value)
-        if topic in engine.broadcast_topics:
-            engine.handle_broadcast(topic, partition, offset, value, dead_letter=topic not in engine.unit_topics)
-        if i % 89 == 0 or i == len(placed):
-            out += engine.advance(closing=i == len(placed)).utilization
-    return out
+    return [f for batch in fleet_batches(plan, 89, encoded) for f in batch.utilization]
 
 
 def test_the_writer_is_set_for_the_schema_in_force():

@@ -7,14 +7,10 @@ snapshots), and on a plan whose pod name is taken by a new pod from one snapshot
 import dataclasses
 from dataclasses import replace
 
-import pytest
-
-from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
-from gpuledger.bench.hotpath import PARTITIONS, MemoryPublisher, engine_over
-from gpuledger.bus.topics import Topics
+from gpuledger.bench.fleet_gen import fleet_plan
 from gpuledger.demo.cluster import write_capture
 from gpuledger.domain.attribution import Attributor
-from pipeline import run_capture
+from pipeline import fleet_batches, run_capture
 from plans import pod, truth_plan
 
 
@@ -23,21 +19,8 @@ def _rows(facts):
 
 
 def _fleet_facts(plan) -> dict[str, list]:
-    topics = Topics("runs", PARTITIONS, 30)
-    pub = MemoryPublisher()
-    publish_fleet(plan, pub, topics, lambda _m: None)
-    engine, placed = engine_over(pub, topics, lambda *a: pytest.fail(f"dead letter {a[:2]}"))
-    out: dict[str, list] = {"capacity": [], "utilization": []}
-    for i, (topic, partition, offset, value) in enumerate(placed, 1):
-        if topic in engine.unit_topics:
-            engine.handle_unit(topic, partition, offset, value)
-        if topic in engine.broadcast_topics:
-            engine.handle_broadcast(topic, partition, offset, value, dead_letter=topic not in engine.unit_topics)
-        if i % 97 == 0 or i == len(placed):
-            batch = engine.advance(closing=i == len(placed))
-            for kind in out:
-                out[kind] += getattr(batch, kind)
-    return {kind: _rows(facts) for kind, facts in out.items()}
+    batches = fleet_batches(plan, 97)
+    return {kind: _rows(f for b in batches for f in getattr(b, kind)) for kind in ("capacity", "utilization")}
 
 
 def test_a_fleet_gives_the_same_facts_with_segments_built_as_one(monkeypatch):
