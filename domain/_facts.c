@@ -50,16 +50,6 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* d[key] = value, stealing the reference to value; -1 on error (value NULL included) */
-static int put(PyObject *d, PyObject *key, PyObject *value) {
-    int r;
-    if (value == NULL)
-        return -1;
-    r = PyDict_SetItem(d, key, value);
-    Py_DECREF(value);
-    return r;
-}
-
 /* The answer is the reference's: where an argument is not of the type expected here. */
 #define FALLBACK() do { result = PyObject_Vectorcall(py_utilization, args, nargs, NULL); goto done; } while (0)
 

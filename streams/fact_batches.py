@@ -36,7 +36,7 @@ import fastavro
 
 from gpuledger.domain.facts import FactBatch
 from gpuledger.schemas.registry import latest_version, load_schema
-from gpuledger.streams.avro_writer import check_program, varint
+from gpuledger.streams.avro_writer import _read_varint, check_program, varint
 from gpuledger.streams.fact_codec import _CODECS, _HEADER, BULK_KINDS, FACT_KINDS, FactCodecError, emit_encoded
 
 try:  # built at install (pyproject.toml), as the rest of _avro_c
@@ -173,14 +173,8 @@ def _fact_id_of(fact) -> str:
     every fact schema: a zigzag varint length, then the id's UTF-8)."""
     if type(fact) is not bytes:
         return fact.fact_id
-    shift = length = i = 0
-    while True:
-        byte = fact[i]
-        length |= (byte & 0x7F) << shift
-        i, shift = i + 1, shift + 7
-        if byte < 0x80:
-            break
-    return fact[i:i + (length >> 1)].decode()
+    length, start = _read_varint(fact, 0)
+    return fact[start:start + length].decode()
 
 
 def encode_utilization_bodies() -> bool:
