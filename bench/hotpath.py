@@ -24,7 +24,7 @@ from gpuledger.bus.topics import Topics
 from gpuledger.schemas import Codec
 from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.engine import Engine
-from gpuledger.streams.fact_batches import emit_batched, encode_utilization_bodies
+from gpuledger.streams.fact_batches import emit_batched, encode_fact_bodies
 
 __all__ = ["MemoryPublisher", "engine_over", "main", "run"]
 
@@ -90,7 +90,7 @@ def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress
     progress(f"hotpath: {len(pub.records)} records, {counts['device_samples']} device samples")
     dead: list[tuple[str, str]] = []
     engine, placed = engine_over(pub, topics, lambda src, reason, _raw: dead.append((src, reason)))
-    engine.encoded = encode_utilization_bodies()  # as a worker makes them
+    engine.encoded = encode_fact_bodies()  # as a worker makes them
 
     dcgm = Codec(topics.dcgm.schema)
     values = [v for t, _, _, v in placed if t == topics.dcgm.name]

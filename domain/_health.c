@@ -9,12 +9,35 @@
  * each fact is a copy of ``base`` with its id (fact_id("health", cluster_id, uuid, instance,
  * observed_at_ms)), its device's five fields and its fields. Anything of a type the parse never
  * makes (a device that is not a HealthDevice of str, int-or-None, str, str, str; fields that are
- * not a dict) is the reference's to build or refuse. */
+ * not a dict) is the reference's to build or refuse.
+ *
+ * health_bodies(health, base, cluster_id, observed_at_ms, quiet) -> (items, loud) or None
+ *
+ * The same facts as a worker writes them (streams/fact_batches.py ``encode_fact_bodies``): items
+ * holds each device's Avro body, by the writer handed to set_body_writer (its capsule
+ * ``body_of``), or its fact where the writer is not sure of a value (the writers then name
+ * it); loud holds the facts of the devices whose health fold must see them. A device is quiet,
+ * and its fact changes nothing in domain/gpu_incidents.py ``HealthFold.observe``, when none of
+ * its clock-event bits in QUIET_MASK is set and ``quiet`` (the fold's ``_quiet``) holds for
+ * (uuid, instance) the inputs it would fold: its QUIET_INPUTS fields (None where absent) and
+ * those bits (None without the field). None where no writer is set, or where ``base`` or a
+ * device's fields are not those of the writer's schema: the caller builds the facts. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 static PyObject *reference, *fact_cls, *device_cls, *fact_id, *s_health, *s_dict, *minus_one, *no_args;
 static PyObject *k_fact_id, *k_names[5];
+
+/* streams/_avro_c's writer of a body from values in the schema's order (its capsule) */
+#define BODY_API "gpuledger.streams._avro_c.body_of"
+#define MAXFIELDS 64
+typedef PyObject *(*BodyOf)(const char *program, Py_ssize_t program_len, PyObject *const *values, Py_ssize_t n);
+static BodyOf body_of;
+static PyObject *body_program, *body_names, *name_index;  /* bytes, tuple of str, dict str -> position */
+static Py_ssize_t at_fact_id, at_device[5];
+/* HealthFold's inputs (domain/gpu_incidents.py), set by set_quiet: field names, clock-event mask */
+static PyObject *quiet_inputs, *k_reasons;
+static long long quiet_mask;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *cls, *dev, *ids;
@@ -66,27 +89,19 @@ done:
     return result;
 }
 
-static PyObject *health_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *health, *base, *cluster, *t, *order = NULL, *out = NULL, *device, *fields, *key;
-    Py_ssize_t pos = 0, i = 0, n;
-    (void)self;
-    if (reference == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_health.setup() was not called");
-        return NULL;
-    }
-    if (nargs != 4)
-        return PyObject_Vectorcall(reference, args, nargs, NULL);
-    health = args[0], base = args[1], cluster = args[2], t = args[3];
-    if (!PyDict_CheckExact(health) || !PyDict_CheckExact(base))
-        return PyObject_Vectorcall(reference, args, nargs, NULL);
-    n = PyDict_GET_SIZE(health);
+/* The devices of ``health`` in (uuid, instance, -1 for none) order, ties in the mapping's
+ * order: a new list, NULL with an error set, or None (new ref) where a device or its fields are
+ * not as the parse makes them. */
+static PyObject *in_order(PyObject *health) {
+    PyObject *order, *device, *fields, *key;
+    Py_ssize_t pos = 0, i = 0, n = PyDict_GET_SIZE(health);
     if ((order = PyList_New(n)) == NULL)
         return NULL;
     while (PyDict_Next(health, &pos, &device, &fields)) {  /* (uuid, instance or -1, place, device) */
         PyObject *inst, *place;
         if (i >= n || !plain(device, fields)) {
             Py_DECREF(order);
-            return PyObject_Vectorcall(reference, args, nargs, NULL);
+            Py_RETURN_NONE;
         }
         inst = PyTuple_GET_ITEM(device, 1);
         if ((place = PyLong_FromSsize_t(i)) == NULL)
@@ -99,31 +114,274 @@ static PyObject *health_rows(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     if (i != n || PyList_Sort(order) < 0)  /* the places make every key unique: a stable sort by the first two */
         goto error;
+    for (i = 0; i < n; i++) {  /* the device alone */
+        key = PyList_GET_ITEM(order, i);
+        PyList_SET_ITEM(order, i, Py_NewRef(PyTuple_GET_ITEM(key, 3)));
+        Py_DECREF(key);
+    }
+    return order;
+error:
+    Py_DECREF(order);
+    return NULL;
+}
+
+static PyObject *fields_of(PyObject *health, PyObject *device) {
+    PyObject *fields = PyDict_GetItemWithError(health, device);
+    if (fields == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "_health: the health mapping changed while read");
+    return fields;
+}
+
+static PyObject *health_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *health, *base, *cluster, *t, *order, *out, *fields;
+    Py_ssize_t i, n;
+    (void)self;
+    if (reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_health.setup() was not called");
+        return NULL;
+    }
+    if (nargs != 4)
+        return PyObject_Vectorcall(reference, args, nargs, NULL);
+    health = args[0], base = args[1], cluster = args[2], t = args[3];
+    if (!PyDict_CheckExact(health) || !PyDict_CheckExact(base))
+        return PyObject_Vectorcall(reference, args, nargs, NULL);
+    if ((order = in_order(health)) == NULL)
+        return NULL;
+    if (order == Py_None) {
+        Py_DECREF(order);
+        return PyObject_Vectorcall(reference, args, nargs, NULL);
+    }
+    n = PyList_GET_SIZE(order);
     if ((out = PyList_New(n)) == NULL)
         goto error;
     for (i = 0; i < n; i++) {
-        PyObject *f;
-        device = PyTuple_GET_ITEM(PyList_GET_ITEM(order, i), 3);
-        if ((fields = PyDict_GetItemWithError(health, device)) == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_RuntimeError, "health_rows(): the health mapping changed while read");
-            goto error;
-        }
-        if ((f = fact(device, fields, base, cluster, t)) == NULL)
+        PyObject *f, *device = PyList_GET_ITEM(order, i);
+        if ((fields = fields_of(health, device)) == NULL || (f = fact(device, fields, base, cluster, t)) == NULL)
             goto error;
         PyList_SET_ITEM(out, i, f);
     }
     Py_DECREF(order);
     return out;
 error:
-    Py_XDECREF(order);
+    Py_DECREF(order);
     Py_XDECREF(out);
     return NULL;
+}
+
+/* -- bodies ------------------------------------------------------------------------------ */
+/* 1 when the fold would fold this device's fact, 0 when it would leave it (quiet), -1 on error. */
+static int is_loud(PyObject *device, PyObject *fields, PyObject *quiet) {
+    PyObject *key, *held, *reasons, *bits;
+    Py_ssize_t i, n = PyTuple_GET_SIZE(quiet_inputs);
+    int same = 1;
+    long long r;
+    reasons = PyDict_GetItemWithError(fields, k_reasons);
+    if (reasons == NULL && PyErr_Occurred())
+        return -1;
+    if (reasons != NULL && reasons != Py_None) {
+        if (!PyLong_CheckExact(reasons))
+            return 1;  /* the fold reads it as it is */
+        r = PyLong_AsLongLong(reasons);
+        if (r == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 1;
+        }
+        if (r & quiet_mask)
+            return 1;  /* a throttle episode depends on time: always folded */
+    }
+    if ((key = PyTuple_Pack(2, PyTuple_GET_ITEM(device, 0), PyTuple_GET_ITEM(device, 1))) == NULL)
+        return -1;
+    held = PyDict_GetItemWithError(quiet, key);
+    Py_DECREF(key);
+    if (held == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (!PyTuple_CheckExact(held) || PyTuple_GET_SIZE(held) != n + 1)
+        return 1;
+    for (i = 0; i < n && same; i++) {
+        PyObject *v = PyDict_GetItemWithError(fields, PyTuple_GET_ITEM(quiet_inputs, i));
+        if (v == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            v = Py_None;
+        }
+        if ((same = PyObject_RichCompareBool(PyTuple_GET_ITEM(held, i), v, Py_EQ)) < 0)
+            return -1;
+    }
+    if (!same)
+        return 1;
+    if ((bits = reasons == NULL || reasons == Py_None ? Py_NewRef(Py_None) : PyLong_FromLong(0)) == NULL)
+        return -1;
+    same = PyObject_RichCompareBool(PyTuple_GET_ITEM(held, n), bits, Py_EQ);
+    Py_DECREF(bits);
+    return same < 0 ? -1 : !same;
+}
+
+/* A device's values in the schema's order into vals (new references): 1, 0 where its fields
+ * are not all the schema's, -1 on error. */
+static int values_of(PyObject *device, PyObject *fields, PyObject *const *row, Py_ssize_t n, PyObject *cluster,
+                     PyObject *t, PyObject **vals) {
+    PyObject *parts[5], *k, *v;
+    Py_ssize_t i, pos = 0;
+    for (i = 0; i < n; i++)
+        vals[i] = Py_NewRef(row[i]);
+    parts[0] = s_health, parts[1] = cluster, parts[2] = PyTuple_GET_ITEM(device, 0);
+    parts[3] = PyTuple_GET_ITEM(device, 1), parts[4] = t;
+    Py_SETREF(vals[at_fact_id], PyObject_Vectorcall(fact_id, parts, 5, NULL));
+    if (vals[at_fact_id] == NULL)
+        return -1;
+    for (i = 0; i < 5; i++)
+        Py_SETREF(vals[at_device[i]], Py_NewRef(PyTuple_GET_ITEM(device, i)));
+    while (PyDict_Next(fields, &pos, &k, &v)) {
+        PyObject *at = PyDict_GetItemWithError(name_index, k);
+        if (at == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        i = PyLong_AsSsize_t(at);
+        Py_SETREF(vals[i], Py_NewRef(v));
+    }
+    return 1;
+}
+
+static PyObject *health_bodies(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *health, *base, *cluster, *t, *quiet, *order = NULL, *items = NULL, *loud = NULL, *result = NULL;
+    PyObject *row[MAXFIELDS], *vals[MAXFIELDS], *k, *v;
+    Py_ssize_t i, j, n, nf, pos = 0;
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "health_bodies(health, base, cluster_id, observed_at_ms, quiet)");
+        return NULL;
+    }
+    health = args[0], base = args[1], cluster = args[2], t = args[3], quiet = args[4];
+    if (body_of == NULL || quiet_inputs == NULL || reference == NULL || !PyDict_CheckExact(health) ||
+        !PyDict_CheckExact(base) || !PyDict_CheckExact(quiet))
+        Py_RETURN_NONE;
+    nf = PyTuple_GET_SIZE(body_names);
+    if (PyDict_GET_SIZE(base) != nf)
+        Py_RETURN_NONE;
+    for (j = 0; PyDict_Next(base, &pos, &k, &v); j++) {  /* base: the schema's fields, in its order */
+        PyObject *name = PyTuple_GET_ITEM(body_names, j);
+        int same = k == name ? 1 : PyObject_RichCompareBool(k, name, Py_EQ);
+        if (same <= 0)
+            return same < 0 ? NULL : Py_NewRef(Py_None);
+        row[j] = v;  /* borrowed: base outlives the call */
+    }
+    if ((order = in_order(health)) == NULL || order == Py_None)
+        return order;
+    n = PyList_GET_SIZE(order);
+    if ((items = PyList_New(n)) == NULL || (loud = PyList_New(0)) == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *device = PyList_GET_ITEM(order, i), *fields, *item = NULL;
+        int r, noisy;
+        if ((fields = fields_of(health, device)) == NULL)
+            goto done;
+        r = values_of(device, fields, row, nf, cluster, t, vals);
+        if (r > 0)
+            item = body_of(PyBytes_AS_STRING(body_program), PyBytes_GET_SIZE(body_program), vals, nf);
+        for (j = 0; j < nf; j++)
+            Py_XDECREF(vals[j]);
+        if (r < 0 || (r > 0 && item == NULL))
+            goto done;
+        if (r == 0) {  /* a field the schema does not have: the facts are the caller's to build */
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if ((noisy = is_loud(device, fields, quiet)) < 0) {
+            Py_DECREF(item);
+            goto done;
+        }
+        if (item == Py_None || noisy) {  /* the fact: the writers name a value the writer is not sure of */
+            PyObject *f = fact(device, fields, base, cluster, t);
+            if (f == NULL || (noisy && PyList_Append(loud, f) < 0)) {
+                Py_XDECREF(f);
+                Py_DECREF(item);
+                goto done;
+            }
+            if (item == Py_None)
+                Py_SETREF(item, f);
+            else
+                Py_DECREF(f);
+        }
+        PyList_SET_ITEM(items, i, item);
+    }
+    result = PyTuple_Pack(2, items, loud);
+done:
+    Py_XDECREF(order);
+    Py_XDECREF(items);
+    Py_XDECREF(loud);
+    return result;
+}
+
+static PyObject *set_body_writer(PyObject *self, PyObject *args) {
+    PyObject *capsule, *program, *names, *index;
+    Py_ssize_t i, n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!O!", &capsule, &PyBytes_Type, &program, &PyTuple_Type, &names))
+        return NULL;
+    n = PyTuple_GET_SIZE(names);
+    if (n > MAXFIELDS || PyBytes_GET_SIZE(program) != 2 * n)
+        Py_RETURN_FALSE;
+    if ((index = PyDict_New()) == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *at = PyLong_FromSsize_t(i);
+        if (at == NULL || !PyUnicode_CheckExact(PyTuple_GET_ITEM(names, i)) ||
+            PyDict_SetItem(index, PyTuple_GET_ITEM(names, i), at) < 0) {
+            Py_XDECREF(at);
+            Py_DECREF(index);
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_FALSE;
+        }
+        Py_DECREF(at);
+    }
+    if (PyDict_GET_SIZE(index) != n)
+        goto other;  /* a name twice */
+    {
+        PyObject *at = PyDict_GetItemWithError(index, k_fact_id);
+        if (at == NULL)
+            goto other;
+        at_fact_id = PyLong_AsSsize_t(at);
+        for (i = 0; i < 5; i++) {
+            if ((at = PyDict_GetItemWithError(index, k_names[i])) == NULL)
+                goto other;
+            at_device[i] = PyLong_AsSsize_t(at);
+        }
+    }
+    if ((body_of = (BodyOf)PyCapsule_GetPointer(capsule, BODY_API)) == NULL) {
+        Py_DECREF(index);
+        return NULL;
+    }
+    Py_XSETREF(body_program, Py_NewRef(program));
+    Py_XSETREF(body_names, Py_NewRef(names));
+    Py_XSETREF(name_index, index);
+    Py_RETURN_TRUE;
+other:  /* not the facts built here: they stay objects */
+    Py_DECREF(index);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_FALSE;
+}
+
+static PyObject *set_quiet(PyObject *self, PyObject *args) {
+    PyObject *names;
+    long long mask;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!L", &PyTuple_Type, &names, &mask))
+        return NULL;
+    Py_XSETREF(quiet_inputs, Py_NewRef(names));
+    quiet_mask = mask;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"health_rows", (PyCFunction)(void (*)(void))health_rows, METH_FASTCALL,
      "health_rows(health, base, cluster_id, observed_at_ms) -> the scrape's health facts: see domain/gpu_health.py"},
+    {"health_bodies", (PyCFunction)(void (*)(void))health_bodies, METH_FASTCALL,
+     "health_bodies(health, base, cluster_id, observed_at_ms, quiet) -> (bodies or facts, loud facts) or None"},
+    {"set_body_writer", set_body_writer, METH_VARARGS,
+     "set_body_writer(capsule, program, names) -> bool: health_bodies writes bodies from now on (True), or the "
+     "schema is not the fields built here (False)"},
+    {"set_quiet", set_quiet, METH_VARARGS, "set_quiet(input field names, clock-event mask): HealthFold's inputs"},
     {"setup", setup, METH_VARARGS, "setup(python_health_rows, GpuHealthFact, HealthDevice, fact_id)"},
     {NULL, NULL, 0, NULL},
 };
@@ -138,6 +396,7 @@ PyMODINIT_FUNC PyInit__health(void) {
     INTERN(s_health, "health")
     INTERN(s_dict, "__dict__")
     INTERN(k_fact_id, "fact_id")
+    INTERN(k_reasons, "clock_event_reasons")
     INTERN(k_names[0], "gpu_uuid")
     INTERN(k_names[1], "gpu_instance_id")
     INTERN(k_names[2], "profile")

@@ -27,7 +27,6 @@ from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, run_facts,
 from gpuledger.domain.dcgm import parse_exposition, row_of, sample_of
 from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
-from gpuledger.domain.gpu_health import health_facts
 from gpuledger.domain.gpu_incidents import HealthFold
 from gpuledger.domain.inventory import Inventory, parse_inventory
 from gpuledger.domain.k8s import OwnershipBook
@@ -166,9 +165,9 @@ class Attributor(SampleAttribution):
         ended = st.scrape_end(observed_at_ms, self.stale_ceiling_ms)
         if ended is not None:
             self._end_scrape(node, st, *ended)
-        for fact in health_facts(self.cluster_id, node, observed_at_ms, parsed, pos):
-            self._health_out.append(fact)
-            self._incident_out += self.health.observe(fact)
+        facts, incidents = self.health.scrape(self.cluster_id, node, observed_at_ms, parsed, pos, self.encoded)
+        self._health_out += facts
+        self._incident_out += incidents
         samples = []
         at = [pos.topic, pos.partition, pos.offset]
         vgpu_index = self.guest_source.vgpu_index

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from gpuledger.domain.dcgm import HEALTH_FIELDS, DcgmParse, HealthDevice, parse_exposition
 from gpuledger.domain.facts import SourcePos, built, fact_id
 
-__all__ = ["CLOCK_EVENT_BITS", "HEALTH_FIELDS", "GpuHealthFact", "health_facts", "parse_health"]
+__all__ = ["CLOCK_EVENT_BITS", "HEALTH_FIELDS", "GpuHealthFact", "health_bodies", "health_facts", "parse_health"]
 
 # DCGM_CLOCKS_EVENT_REASON_* (dcgm_fields.h; NVML's nvmlClocksEventReason* bits)
 CLOCK_EVENT_BITS = {"GPU_IDLE": 0x1, "CLOCKS_SETTING": 0x2, "SW_POWER_CAP": 0x4, "HW_SLOWDOWN": 0x8,
@@ -82,11 +82,27 @@ def health_facts(cluster_id: str, node: str, observed_at_ms: int, scrape: str | 
                  pos: SourcePos) -> list[GpuHealthFact]:
     """The scrape's health facts (from its text or its parse), devices in (UUID, instance) order."""
     parsed = (parse_exposition(scrape) if isinstance(scrape, str) else scrape).health
-    # the scrape's row, every field in the fact's order; each device's copy fills in its own
-    base = {"fact_id": "", "cluster_id": cluster_id, "node": node, "gpu_uuid": "", "gpu_instance_id": None,
+    return health_rows(parsed, _base(cluster_id, node, observed_at_ms, pos), cluster_id, observed_at_ms)
+
+
+def health_bodies(cluster_id: str, node: str, observed_at_ms: int, parsed: DcgmParse, pos: SourcePos,
+                  quiet: dict) -> tuple[list, list[GpuHealthFact]] | None:
+    """The scrape's health facts as a worker writes them, where the C module and its writer are
+    set (streams/fact_batches.py ``encode_fact_bodies``), else None: (each device's Avro body,
+    or its fact where the writer is not sure of a value; the facts of the devices whose
+    ``HealthFold`` with ``quiet`` as its ``_quiet`` must fold them), devices in the order of
+    ``health_facts``. domain/_health.c ``health_bodies``."""
+    if _health_bodies is None:
+        return None
+    return _health_bodies(parsed.health, _base(cluster_id, node, observed_at_ms, pos), cluster_id, observed_at_ms,
+                          quiet)
+
+
+def _base(cluster_id: str, node: str, observed_at_ms: int, pos: SourcePos) -> dict:
+    """The scrape's row, every field in the fact's order; each device's copy fills in its own."""
+    return {"fact_id": "", "cluster_id": cluster_id, "node": node, "gpu_uuid": "", "gpu_instance_id": None,
             "profile": "", "model": "", "pci_bus_id": "", "observed_at_ms": observed_at_ms, **_NO_VALUES,
             "src_topic": pos.topic, "src_partition": pos.partition, "src_offset": pos.offset}
-    return health_rows(parsed, base, cluster_id, observed_at_ms)
 
 
 def python_health_rows(parsed: dict[HealthDevice, dict], base: dict, cluster_id: str,
@@ -108,7 +124,7 @@ _NO_VALUES = dict.fromkeys(f for f in GpuHealthFact.__dataclass_fields__ if f in
 try:  # built at install (pyproject.toml); a source tree without the build builds them in Python
     from gpuledger.domain import _health
 except ImportError:  # pragma: no cover — tests/unit/domain/test_health_c.py requires it
-    health_rows = python_health_rows
+    health_rows, _health_bodies = python_health_rows, None
 else:
     _health.setup(python_health_rows, GpuHealthFact, HealthDevice, fact_id)
-    health_rows = _health.health_rows
+    health_rows, _health_bodies = _health.health_rows, _health.health_bodies

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.domain.facts import fact_id
-from gpuledger.domain.gpu_health import CLOCK_EVENT_BITS, GpuHealthFact
+from gpuledger.domain.dcgm import DcgmParse
+from gpuledger.domain.facts import SourcePos, fact_id
+from gpuledger.domain.gpu_health import CLOCK_EVENT_BITS, GpuHealthFact, health_bodies, health_facts
 
 __all__ = ["GpuHealthIncident", "HealthFold", "SEVERITIES", "xid_severity"]
 
@@ -45,6 +46,12 @@ _APPLICATION_XIDS = {13: "graphics engine exception", 31: "GPU memory page fault
                      69: "graphics engine class error"}
 _THERMAL = CLOCK_EVENT_BITS["SW_THERMAL"] | CLOCK_EVENT_BITS["HW_THERMAL"]
 _POWER = CLOCK_EVENT_BITS["HW_SLOWDOWN"] | CLOCK_EVENT_BITS["HW_POWER_BRAKE"]
+# what ``HealthFold.observe`` folds of a fact: these fields, then its clock-event bits in QUIET_MASK
+# (None without the field); a fact with the same inputs as its device's last quiet one changes
+# nothing (domain/_health.c ``health_bodies`` leaves such facts unfolded by the same rule)
+QUIET_INPUTS = ("xid_last", "ecc_dbe_volatile_total", "ecc_dbe_aggregate_total", "row_remap_failure",
+                "remapped_rows_uncorrectable")
+QUIET_MASK = _THERMAL | _POWER
 
 
 def xid_severity(code: int) -> tuple[str, str]:
@@ -87,9 +94,21 @@ class HealthFold:
         # again; not kept in the checkpoint (a restored fold folds each device's next fact in full)
         self._quiet: dict[tuple[str, int | None], tuple] = {}
 
+    def scrape(self, cluster_id: str, node: str, observed_at_ms: int, parsed: DcgmParse, pos: SourcePos,
+               encoded: bool = False) -> tuple[list, list[GpuHealthIncident]]:
+        """A scrape's health facts and the incidents they raise, folded. ``encoded``: the facts
+        as their Avro bodies where the writer is set (``health_bodies``: only the devices that
+        are not quiet are built as facts, for the fold; a quiet one's would change nothing)."""
+        made = health_bodies(cluster_id, node, observed_at_ms, parsed, pos, self._quiet) if encoded else None
+        facts, folded = (health_facts(cluster_id, node, observed_at_ms, parsed, pos),) * 2 if made is None else made
+        incidents = []
+        for fact in folded:
+            incidents += self.observe(fact)
+        return facts, incidents
+
     def observe(self, f: GpuHealthFact) -> list[GpuHealthIncident]:
         reasons = f.clock_event_reasons
-        bits = None if reasons is None else reasons & (_THERMAL | _POWER)
+        bits = None if reasons is None else reasons & QUIET_MASK
         inputs = (f.xid_last, f.ecc_dbe_volatile_total, f.ecc_dbe_aggregate_total, f.row_remap_failure,
                   f.remapped_rows_uncorrectable, bits)
         device = (f.gpu_uuid, f.gpu_instance_id)
@@ -144,3 +163,11 @@ class HealthFold:
         st[kind][1] = True
         names = "|".join(n for n, b in CLOCK_EVENT_BITS.items() if bits & b)
         return [(kind, bits, "warning", f"{names} for {(t_ms - since) / 1000:.0f} s")]
+
+
+try:  # built at install (pyproject.toml), as domain/gpu_health.py's health_rows
+    from gpuledger.domain import _health
+except ImportError:  # pragma: no cover — tests/unit/domain/test_health_c.py requires it
+    pass
+else:
+    _health.set_quiet(QUIET_INPUTS, QUIET_MASK)

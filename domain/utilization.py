@@ -102,5 +102,5 @@ else:
     _facts.setup(python_utilization_fact, UtilizationFact, Piece)
     utilization_fact = _facts.utilization_fact
     # (Avro body or fact, confidence): the body once the worker's writer is set
-    # (streams/fact_batches.py ``encode_utilization_bodies``), the fact until then
+    # (streams/fact_batches.py ``encode_fact_bodies``), the fact until then
     utilization_body = _facts.utilization_body

@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py req
     _body_of = _split_batch = _write_bodies = None
 
 __all__ = ["BATCH_HEADER", "BATCH_HEADERS", "BATCH_MAX_BYTES", "batch_schema_name", "emit_batched",
-           "encode_utilization_bodies", "is_batch", "split_batch"]
+           "encode_fact_bodies", "is_batch", "split_batch"]
 
 BATCH_HEADER = ("gpuledger-batch", b"1")  # the Kafka header of a batch record
 BATCH_HEADERS = [BATCH_HEADER]
@@ -177,17 +177,18 @@ def _fact_id_of(fact) -> str:
     return fact[start:start + length].decode()
 
 
-def encode_utilization_bodies() -> bool:
-    """From now on, the engine's utilization facts of exclusive GPUs are made as the Avro
-    bodies the batch records carry (``Engine(encoded=True)``: domain/samples.py), by this
-    module's writer and with its checks: a worker writes them to the fact topics and nothing
-    else. False where the C modules are not built or the schema is not the fields they build
-    (the facts then stay facts)."""
-    w = _WRITERS["utilization"]
-    if _body_of is None or w.bodies is None:
+def encode_fact_bodies() -> bool:
+    """From now on, the engine's utilization facts of exclusive GPUs and its health facts are
+    made as the Avro bodies the batch records carry (``Engine(encoded=True)``:
+    domain/samples.py, domain/gpu_incidents.py ``HealthFold.scrape``), by this module's writer
+    and with its checks: a worker writes them to the fact topics and nothing else. False where
+    the C modules are not built or a schema is not the fields they build (the facts then stay
+    facts)."""
+    if _body_of is None or any(_WRITERS[k].bodies is None for k in ("utilization", "health")):
         return False
-    from gpuledger.domain import _facts
-    return _facts.set_body_writer(_body_of, w.bodies.args[0], w.bodies.args[1])
+    from gpuledger.domain import _facts, _health
+    util, health = (_WRITERS[k].bodies.args for k in ("utilization", "health"))
+    return _facts.set_body_writer(_body_of, util[0], util[1]) & _health.set_body_writer(_body_of, health[0], health[1])
 
 
 def split_batch(kind: str, value: bytes) -> list[bytes]:

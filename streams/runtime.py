@@ -55,7 +55,7 @@ from gpuledger.bus.fetch import SOURCE_FETCH
 from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.pacing import Pacer
 from gpuledger.streams.engine import Engine
-from gpuledger.streams.fact_batches import emit_batched, encode_utilization_bodies
+from gpuledger.streams.fact_batches import emit_batched, encode_fact_bodies
 from gpuledger.streams.fact_codec import FACT_KINDS
 from gpuledger.streams.heap import resident_mib, trim_heap
 from gpuledger.streams.metrics import WorkerMetrics
@@ -92,7 +92,7 @@ class Worker:
         self.engine = Engine(t, self.metrics.counting_dead_letters(self.dead.send), int(settings.stale_ceiling_s * 1000),
                              int(settings.podresources_grace_s * 1000), int(settings.max_future_skew_s * 1000),
                              int(settings.allowed_lateness_s * 1000),
-                             encoded=encode_utilization_bodies())  # the worker only writes its facts out
+                             encoded=encode_fact_bodies())  # the worker only writes its facts out
         self.out = AckedProducer(settings.kafka_bootstrap, client)
         self.changelog = Changelog(settings.kafka_bootstrap, t, self.out.producer, client)
         self.unit_topics = list(self.engine.unit_topics)

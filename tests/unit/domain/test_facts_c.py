@@ -210,9 +210,9 @@ def test_utilization_bodies_are_the_writers_bodies_of_the_facts() -> None:
     the body of the reference's fact; the arguments it does not take are the reference's (the
     same fact or the same error), and a value the writer refuses leaves the fact, which the
     writers then name."""
-    from gpuledger.streams.fact_batches import encode_utilization_bodies
+    from gpuledger.streams.fact_batches import encode_fact_bodies
 
-    assert encode_utilization_bodies()
+    assert encode_fact_bodies()
     rng = random.Random(41)
     bodies = 0
     for _ in range(3000):

@@ -100,3 +100,86 @@ def test_arguments_the_parse_never_makes_are_the_references(spoil: str) -> None:
         base = list(_base().items())
     args = () if spoil == "no args" else (health, base, "cluster-1", T0)
     assert _outcome(_health.health_rows, args) == _outcome(python_health_rows, args)
+
+
+# -- bodies: what a worker writes (streams/fact_batches.py encode_fact_bodies)
+def _fold_inputs(rng: random.Random) -> dict:
+    """Fields that move the health fold now and then: mostly repeats of a few values."""
+    out = {f: rng.choice([0, 0, 0, 1, 3]) for f in rng.sample(INCIDENT_FIELDS, rng.randrange(len(INCIDENT_FIELDS) + 1))}
+    if rng.random() < 0.7:
+        out["clock_event_reasons"] = rng.choice([0, 0, 0, 0x1, 0x4, 0x20, 0x40, 0x88, 2**62])
+    if rng.random() < 0.5:
+        out["gpu_temp_c"] = rng.choice([40.0, 41.5])
+    return out
+
+
+INCIDENT_FIELDS = ["xid_last", "ecc_dbe_volatile_total", "ecc_dbe_aggregate_total", "row_remap_failure",
+                   "remapped_rows_uncorrectable"]
+
+
+def _scrapes(rng: random.Random, n: int) -> list[tuple[int, dict]]:
+    """A node's scrapes: a fixed set of devices (a GPU, its MIG instances), each scrape's fields
+    mostly those of the one before."""
+    devices = [HealthDevice("GPU-a", None, "", "H100", "0000"), HealthDevice("GPU-a", 1, "1g.10gb", "H100", "0000"),
+               HealthDevice("GPU-b", None, "", "H100", "0001")]
+    fields = {d: _fold_inputs(rng) for d in devices}
+    out = []
+    for i in range(n):
+        for d in devices:
+            if rng.random() < 0.2:
+                fields[d] = _fold_inputs(rng)
+        present = [d for d in devices if rng.random() < 0.95]
+        out.append((T0 + 10_000 * i + rng.randrange(2), {d: dict(fields[d]) for d in present}))
+    return out
+
+
+def test_bodies_are_the_writers_bodies_of_the_facts_and_the_fold_sees_what_it_must() -> None:
+    """A node's scrapes through ``HealthFold.scrape`` with and without bodies: every item is the
+    writer's body of the fact made without them, and the fold ends with the same incidents,
+    state and quiet devices, having been handed only the facts that change it (fewer than all)."""
+    from gpuledger.domain.dcgm import DcgmParse
+    from gpuledger.domain.gpu_incidents import HealthFold
+    from gpuledger.streams.fact_batches import encode_fact_bodies
+    from gpuledger.streams.fact_codec import encode_fact
+
+    assert encode_fact_bodies()
+    rng = random.Random(5)
+    pos = SourcePos("dcgm", 2, 99)
+    folded = total = 0
+    for _ in range(40):
+        plain, bodies = HealthFold(), HealthFold()
+        seen = []
+        original = bodies.observe
+        bodies.observe = lambda f: seen.append(f) or original(f)
+        for t, health in _scrapes(rng, 60):
+            parsed = DcgmParse([], 0, {}, health)
+            facts, incidents = plain.scrape("cluster-1", "node-1", t, parsed, pos)
+            items, incidents_b = bodies.scrape("cluster-1", "node-1", t, parsed, pos, encoded=True)
+            assert [type(i) for i in items] == [bytes] * len(facts)
+            assert items == [encode_fact("health", f)[5:] for f in facts]
+            assert incidents_b == incidents
+            total += len(facts)
+        assert bodies.state == plain.state and bodies._quiet == plain._quiet
+        folded += len(seen)
+    assert 0.05 * total < folded < 0.8 * total, (folded, total)
+
+
+def test_a_value_the_writer_refuses_stays_a_fact_and_other_fields_leave_it_to_the_caller() -> None:
+    from gpuledger.domain.dcgm import DcgmParse
+    from gpuledger.domain.gpu_health import health_bodies
+    from gpuledger.streams.fact_batches import encode_fact_bodies
+
+    assert encode_fact_bodies()
+    pos = SourcePos("dcgm", 2, 99)
+    a, b = HealthDevice("GPU-a", None, "", "H100", "0000"), HealthDevice("GPU-b", None, "", "H100", "0001")
+    items, loud = health_bodies("c", "n", T0, DcgmParse([], 0, {}, {a: {"xid_last": 2**70}, b: {"xid_last": 3}}), pos,
+                                {})
+    assert type(items[0]) is GpuHealthFact and items[0].xid_last == 2**70 and type(items[1]) is bytes
+    assert [f.gpu_uuid for f in loud] == ["GPU-a", "GPU-b"]  # nothing quiet in an empty fold
+    assert health_bodies("c", "n", T0, DcgmParse([], 0, {}, {a: {"not_a_field": 1}}), pos, {}) is None
+    quiet = {("GPU-b", None): (3, None, None, None, None, None)}
+    _, loud = health_bodies("c", "n", T0, DcgmParse([], 0, {}, {b: {"xid_last": 3}}), pos, quiet)
+    assert loud == []
+    _, loud = health_bodies("c", "n", T0, DcgmParse([], 0, {}, {b: {"xid_last": 3, "clock_event_reasons": 0}}), pos,
+                            quiet)
+    assert len(loud) == 1  # bits 0 is not "no field"

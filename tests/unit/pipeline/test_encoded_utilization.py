@@ -1,5 +1,5 @@
 """A worker's engine makes the utilization facts of exclusive GPUs as their Avro bodies
-(``Engine(encoded=True)``, streams/fact_batches.py ``encode_utilization_bodies``): on a
+(``Engine(encoded=True)``, streams/fact_batches.py ``encode_fact_bodies``): on a
 generated fleet with jitter, lost scrapes and PodResources on its own cadence, every fact is
 the body the writer writes of the fact the engine makes without it, in the same order (the
 facts made elsewhere, samples before a node's first snapshot, stay facts among them), and the
@@ -7,7 +7,7 @@ batch records are the same."""
 
 from gpuledger.bench.fleet_gen import fleet_plan
 from gpuledger.domain.facts import FactBatch
-from gpuledger.streams.fact_batches import emit_batched, encode_utilization_bodies
+from gpuledger.streams.fact_batches import emit_batched, encode_fact_bodies
 from gpuledger.streams.fact_codec import _CODECS, FACT_KINDS, encode_fact
 from pipeline import fleet_batches
 
@@ -19,11 +19,11 @@ def _utilization(plan, encoded: bool) -> list:
 
 
 def test_the_writer_is_set_for_the_schema_in_force():
-    assert encode_utilization_bodies() is True
+    assert encode_fact_bodies() is True
 
 
 def test_a_fleet_gives_the_bodies_of_the_facts_it_gives_without_them():
-    assert encode_utilization_bodies()
+    assert encode_fact_bodies()
     plan = fleet_plan(16, 2, cadence_s=15, pr_cadence_s=5, jitter=0.45, missing=0.2, seed=11)
     facts, bodies = _utilization(plan, False), _utilization(plan, True)
     assert len(facts) > 5000 and all(type(f) is not bytes for f in facts)
@@ -34,7 +34,7 @@ def test_a_fleet_gives_the_bodies_of_the_facts_it_gives_without_them():
 
 
 def test_batch_records_of_bodies_are_those_of_the_facts():
-    assert encode_utilization_bodies()
+    assert encode_fact_bodies()
     plan = fleet_plan(8, 0.5, cadence_s=10, pr_cadence_s=10, seed=3)
     facts, bodies = _utilization(plan, False), _utilization(plan, True)
     sent = {}
