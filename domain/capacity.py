@@ -105,20 +105,25 @@ def _outside_facts(inv: Inventory, book: OwnershipBook, seg: Segment, device: st
 
 def _unit_facts(book: OwnershipBook, seg: Segment, gpu: GpuEntry | None, unit: Unit, a0: int, b0: int,
                 holder, unavail: list[Unavailability], forced_reason: str = "") -> list[tuple[str, CapacityFact, Piece]]:
-    cuts = {a0, b0}
-    for u in unavail:
-        cuts.update(t for t in (u.from_ms, u.to_ms) if a0 < t < b0)
     pod = book.pod_at(holder[0], holder[1], seg.start) if holder else None
+    cuts = None  # instants inside (a0, b0) where the facts change; none at all most of the time
+    if unavail:
+        cuts = {a0, b0}
+        for u in unavail:
+            cuts.update(t for t in (u.from_ms, u.to_ms) if a0 < t < b0)
     if pod is not None:
-        if pod.end_ms is not None and a0 < pod.end_ms < b0:
-            cuts.add(pod.end_ms)
-        cuts.update(book.namespace_changes(pod.namespace, a0, b0))
-    bounds = sorted(cuts)
+        changes = book.namespace_changes(pod.namespace, a0, b0)
+        if changes or (pod.end_ms is not None and a0 < pod.end_ms < b0):
+            cuts = cuts or {a0, b0}
+            if pod.end_ms is not None and a0 < pod.end_ms < b0:
+                cuts.add(pod.end_ms)
+            cuts.update(changes)
+    bounds = sorted(cuts) if cuts is not None else (a0, b0)
+    gpu_uuid = gpu.gpu_uuid if gpu else unit.device_id.split("::")[0]
+    gpu_class = gpu.gpu_class if gpu else "unknown"
     out = []
     for a, b in zip(bounds, bounds[1:]):
-        window = next((u for u in unavail if u.from_ms <= a < u.to_ms), None)
-        gpu_uuid = gpu.gpu_uuid if gpu else unit.device_id.split("::")[0]
-        gpu_class = gpu.gpu_class if gpu else "unknown"
+        window = next((u for u in unavail if u.from_ms <= a < u.to_ms), None) if unavail else None
         if window is not None:
             out.append(make_fact(seg, gpu_uuid, unit.device_id, gpu_class, unit.mode, unit.profile, unit.fraction, a, b,
                              "unavailable", None, "", window.reason or "unavailable"))

@@ -62,6 +62,7 @@ class Inventory:
     mig_profile_weights: dict[str, dict[str, float]] = field(default_factory=dict)
     vgpu_profile_weights: dict[str, float] = field(default_factory=dict)
     _index: tuple | None = field(default=None, repr=False, compare=False)
+    _unavailable_index: tuple | None = field(default=None, repr=False, compare=False)
 
     def vgpu_weight(self, profile: str) -> float | None:
         """The approved share of a physical GPU for a vGPU profile; None when not approved."""
@@ -123,8 +124,14 @@ class Inventory:
             for g in self.gpus:
                 by_uuid.setdefault(g.gpu_uuid, []).append(g)
                 by_node.setdefault(g.node, []).append(g)
-            self._index = (self.gpus, len(self.gpus), by_uuid, {n: tuple(gs) for n, gs in by_node.items()}, {})
+            self._index = (self.gpus, len(self.gpus), by_uuid, {n: tuple(gs) for n, gs in by_node.items()}, {}, {})
         return self._index[2], self._index[3]
+
+    def derived(self) -> dict:
+        """A memo of what is worked out from one entry (domain/units.py ``units_of``), emptied
+        with the index: keys are the callers', values live as long as the entries do."""
+        self._indexes()
+        return self._index[5]
 
     def _indexes_ends(self) -> dict[str, int | None]:
         """node -> ``node_end_ms``, as far as worked out for the index in force."""
@@ -132,7 +139,16 @@ class Inventory:
         return self._index[4]
 
     def unavailable_windows(self, gpu_uuid: str, from_ms: int, to_ms: int) -> list[Unavailability]:
-        return [u for u in self.unavailable if u.gpu_uuid == gpu_uuid and u.from_ms < to_ms and from_ms < u.to_ms]
+        """The GPU's maintenance windows that overlap ``[from_ms, to_ms)``, in document order.
+        Asked per GPU and segment: the windows are indexed by GPU (rebuilt whenever
+        ``unavailable`` is replaced or grows), so a lookup costs the GPU's windows."""
+        index = self._unavailable_index
+        if index is None or index[0] is not self.unavailable or index[1] != len(self.unavailable):
+            by_uuid: dict[str, list[Unavailability]] = {}
+            for u in self.unavailable:
+                by_uuid.setdefault(u.gpu_uuid, []).append(u)
+            index = self._unavailable_index = (self.unavailable, len(self.unavailable), by_uuid)
+        return [u for u in index[2].get(gpu_uuid, ()) if u.from_ms < to_ms and from_ms < u.to_ms]
 
 
 def parse_inventory(doc: dict) -> Inventory:

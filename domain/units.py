@@ -28,7 +28,17 @@ class Unit:
 
 
 def units_of(inv: Inventory, gpu: GpuEntry) -> tuple[list[Unit], float]:
-    """The units of one inventory GPU, and how far their fractions exceed 1 (over-allocation)."""
+    """The units of one inventory GPU, and how far their fractions exceed 1 (over-allocation).
+    Asked for every GPU of every capacity segment: worked out once per entry of the inventory
+    in force (read the list, never change it)."""
+    memo = inv.derived()
+    got = memo.get(("units", id(gpu)))
+    if got is None or got[0] is not gpu:
+        got = memo["units", id(gpu)] = (gpu, _units_of(inv, gpu))
+    return got[1]
+
+
+def _units_of(inv: Inventory, gpu: GpuEntry) -> tuple[list[Unit], float]:
     if gpu.mode == "exclusive":
         return [Unit(gpu.gpu_uuid, 1.0, "exclusive", "", "high")], 0.0
     if gpu.mode == "timeslice":

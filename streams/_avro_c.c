@@ -54,7 +54,7 @@ static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
 
 /* A varint of at most ``maxlen`` bytes at *p, as read by _read_varint (any terminator below
  * 0x80); its raw (not zigzag-decoded) value in *raw. */
-static int read_raw(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int maxlen, unsigned __int128 *raw) {
+int read_raw(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int maxlen, unsigned __int128 *raw) {
     unsigned __int128 n = 0;
     int shift = 0, k;
     for (k = 0; k < maxlen && *p + k < L; k++) {
@@ -71,7 +71,7 @@ static int read_raw(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int max
 }
 
 /* zigzag-decoded value of a raw varint, when it fits an int64 */
-static int zigzag(unsigned __int128 raw, int64_t lo, int64_t hi, int64_t *out) {
+int zigzag(unsigned __int128 raw, int64_t lo, int64_t hi, int64_t *out) {
     unsigned __int128 half = raw >> 1;
     if (raw & 1) {  /* -(half) - 1 */
         if (half > (unsigned __int128)(-(lo + 1)))
@@ -329,6 +329,8 @@ static PyMethodDef methods[] = {
      "check_all(header, program, keep, values) -> list | None: see streams/_avro_c.c"},
     {"write_bodies", avro_write_bodies, METH_VARARGS,
      "write_bodies(program, names, cls, facts, start, budget) -> (bytes, int): see streams/_avro_write.c"},
+    {"read", (PyCFunction)(void (*)(void))avro_read_record, METH_FASTCALL,
+     "read(header, program, names, value) -> dict | None: see streams/_avro_read.c"},
     {"split_batch", split_batch, METH_VARARGS,
      "split_batch(batch_header, fact_header, program, value) -> list | None: see streams/_avro_c.c"},
     {NULL, NULL, 0, NULL},

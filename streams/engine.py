@@ -42,7 +42,7 @@ from gpuledger.domain.pricing import parse_credits
 from gpuledger.domain.podresources import snapshot_holders
 from gpuledger.domain.quota import parse_quotas
 from gpuledger.domain.suspense import parse_assignments
-from gpuledger.schemas import Codec
+from gpuledger.streams.record_reader import RecordReader
 from gpuledger.bus.topics import Topics
 
 __all__ = ["BROADCAST", "Engine", "EventTimeError", "REFERENCE_PARSERS", "Reference", "Unit"]
@@ -112,7 +112,7 @@ class Engine:
         self.dead_letter = dead_letter
         self.stale_ceiling_ms, self.node_grace_ms = stale_ceiling_ms, node_grace_ms
         self.max_future_skew_ms, self.lateness_ms = max_future_skew_ms, lateness_ms
-        self.codecs = {t.name: Codec(t.schema) for t in topics.processed()}
+        self.codecs = {t.name: RecordReader(t.schema) for t in topics.processed()}
         self.unit_topics = (topics.podresources.name, topics.dcgm.name, topics.vgpu.name, topics.requests.name,
                             topics.model_metrics.name)
         self.broadcast_topics = (topics.k8s.name, topics.reference.name, topics.vgpu.name)
