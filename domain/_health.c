@@ -11,7 +11,7 @@
  * makes (a device that is not a HealthDevice of str, int-or-None, str, str, str; fields that are
  * not a dict) is the reference's to build or refuse.
  *
- * health_bodies(health, base, cluster_id, observed_at_ms, quiet) -> (items, loud) or None
+ * health_bodies(health, cluster_id, node, observed_at_ms, pos, quiet) -> (items, loud) or None
  *
  * The same facts as a worker writes them (streams/fact_batches.py ``encode_fact_bodies``): items
  * holds each device's Avro body, by the writer handed to set_body_writer (its capsule
@@ -20,8 +20,9 @@
  * and its fact changes nothing in domain/gpu_incidents.py ``HealthFold.observe``, when none of
  * its clock-event bits in QUIET_MASK is set and ``quiet`` (the fold's ``_quiet``) holds for
  * (uuid, instance) the inputs it would fold: its QUIET_INPUTS fields (None where absent) and
- * those bits (None without the field). None where no writer is set, or where ``base`` or a
- * device's fields are not those of the writer's schema: the caller builds the facts. */
+ * those bits (None without the field). Each fact is what health_rows builds of the scrape's
+ * row (``pos`` a SourcePos: topic, partition, offset). None where no writer is set, or where a
+ * device's fields are not all the schema's: the caller builds the facts. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -34,7 +35,10 @@ static PyObject *k_fact_id, *k_names[5];
 typedef PyObject *(*BodyOf)(const char *program, Py_ssize_t program_len, PyObject *const *values, Py_ssize_t n);
 static BodyOf body_of;
 static PyObject *body_program, *body_names, *name_index;  /* bytes, tuple of str, dict str -> position */
-static Py_ssize_t at_fact_id, at_device[5];
+static Py_ssize_t at_fact_id, at_device[5], at_scrape[6];  /* cluster, node, time, topic, partition, offset */
+static const char *const scrape_names[6] = {"cluster_id", "node", "observed_at_ms", "src_topic", "src_partition",
+                                            "src_offset"};
+static PyObject *a_topic, *a_partition, *a_offset;
 /* HealthFold's inputs (domain/gpu_incidents.py), set by set_quiet: field names, clock-event mask */
 static PyObject *quiet_inputs, *k_reasons;
 static long long quiet_mask;
@@ -216,16 +220,18 @@ static int is_loud(PyObject *device, PyObject *fields, PyObject *quiet) {
     return same < 0 ? -1 : !same;
 }
 
-/* A device's values in the schema's order into vals (new references): 1, 0 where its fields
- * are not all the schema's, -1 on error. */
-static int values_of(PyObject *device, PyObject *fields, PyObject *const *row, Py_ssize_t n, PyObject *cluster,
-                     PyObject *t, PyObject **vals) {
+/* A device's values in the schema's order into vals (new references): the scrape's, its
+ * device's and its fields, None for the rest. 1, 0 where its fields are not all the schema's,
+ * -1 on error. */
+static int values_of(PyObject *device, PyObject *fields, PyObject *const *scrape, Py_ssize_t n, PyObject **vals) {
     PyObject *parts[5], *k, *v;
     Py_ssize_t i, pos = 0;
     for (i = 0; i < n; i++)
-        vals[i] = Py_NewRef(row[i]);
-    parts[0] = s_health, parts[1] = cluster, parts[2] = PyTuple_GET_ITEM(device, 0);
-    parts[3] = PyTuple_GET_ITEM(device, 1), parts[4] = t;
+        vals[i] = Py_NewRef(Py_None);
+    for (i = 0; i < 6; i++)
+        Py_SETREF(vals[at_scrape[i]], Py_NewRef(scrape[i]));
+    parts[0] = s_health, parts[1] = scrape[0], parts[2] = PyTuple_GET_ITEM(device, 0);
+    parts[3] = PyTuple_GET_ITEM(device, 1), parts[4] = scrape[2];
     Py_SETREF(vals[at_fact_id], PyObject_Vectorcall(fact_id, parts, 5, NULL));
     if (vals[at_fact_id] == NULL)
         return -1;
@@ -241,70 +247,82 @@ static int values_of(PyObject *device, PyObject *fields, PyObject *const *row, P
     return 1;
 }
 
+/* The fact of a device's values (as health_rows builds it: the fields in the schema's order,
+ * which set_body_writer found to be the fact's). */
+static PyObject *fact_of(PyObject *const *vals, Py_ssize_t n) {
+    PyObject *d = _PyDict_NewPresized(n), *f = NULL;
+    Py_ssize_t i;
+    if (d == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(body_names, i), vals[i]) < 0)
+            goto done;
+    f = PyBaseObject_Type.tp_new((PyTypeObject *)fact_cls, no_args, NULL);
+    if (f != NULL && PyObject_GenericSetAttr(f, s_dict, d) < 0)
+        Py_CLEAR(f);
+done:
+    Py_DECREF(d);
+    return f;
+}
+
 static PyObject *health_bodies(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *health, *base, *cluster, *t, *quiet, *order = NULL, *items = NULL, *loud = NULL, *result = NULL;
-    PyObject *row[MAXFIELDS], *vals[MAXFIELDS], *k, *v;
-    Py_ssize_t i, j, n, nf, pos = 0;
+    PyObject *health, *pos, *quiet, *order = NULL, *items = NULL, *loud = NULL, *result = NULL;
+    PyObject *scrape[6] = {NULL}, *vals[MAXFIELDS];
+    Py_ssize_t i, j, n, nf;
     (void)self;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "health_bodies(health, base, cluster_id, observed_at_ms, quiet)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "health_bodies(health, cluster_id, node, observed_at_ms, pos, quiet)");
         return NULL;
     }
-    health = args[0], base = args[1], cluster = args[2], t = args[3], quiet = args[4];
+    health = args[0], pos = args[4], quiet = args[5];
     if (body_of == NULL || quiet_inputs == NULL || reference == NULL || !PyDict_CheckExact(health) ||
-        !PyDict_CheckExact(base) || !PyDict_CheckExact(quiet))
+        !PyDict_CheckExact(quiet))
         Py_RETURN_NONE;
     nf = PyTuple_GET_SIZE(body_names);
-    if (PyDict_GET_SIZE(base) != nf)
-        Py_RETURN_NONE;
-    for (j = 0; PyDict_Next(base, &pos, &k, &v); j++) {  /* base: the schema's fields, in its order */
-        PyObject *name = PyTuple_GET_ITEM(body_names, j);
-        int same = k == name ? 1 : PyObject_RichCompareBool(k, name, Py_EQ);
-        if (same <= 0)
-            return same < 0 ? NULL : Py_NewRef(Py_None);
-        row[j] = v;  /* borrowed: base outlives the call */
+    scrape[0] = Py_NewRef(args[1]), scrape[1] = Py_NewRef(args[2]), scrape[2] = Py_NewRef(args[3]);
+    if ((scrape[3] = PyObject_GetAttr(pos, a_topic)) == NULL || (scrape[4] = PyObject_GetAttr(pos, a_partition)) == NULL
+        || (scrape[5] = PyObject_GetAttr(pos, a_offset)) == NULL)
+        goto done;
+    if ((order = in_order(health)) == NULL)
+        goto done;
+    if (order == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto done;
     }
-    if ((order = in_order(health)) == NULL || order == Py_None)
-        return order;
     n = PyList_GET_SIZE(order);
     if ((items = PyList_New(n)) == NULL || (loud = PyList_New(0)) == NULL)
         goto done;
     for (i = 0; i < n; i++) {
-        PyObject *device = PyList_GET_ITEM(order, i), *fields, *item = NULL;
-        int r, noisy;
+        PyObject *device = PyList_GET_ITEM(order, i), *fields, *item = NULL, *f = NULL;
+        int r, noisy = 0;
         if ((fields = fields_of(health, device)) == NULL)
             goto done;
-        r = values_of(device, fields, row, nf, cluster, t, vals);
-        if (r > 0)
-            item = body_of(PyBytes_AS_STRING(body_program), PyBytes_GET_SIZE(body_program), vals, nf);
+        r = values_of(device, fields, scrape, nf, vals);
+        if (r > 0 && (item = body_of(PyBytes_AS_STRING(body_program), PyBytes_GET_SIZE(body_program), vals, nf)) != NULL
+            && (noisy = is_loud(device, fields, quiet)) >= 0 && (item == Py_None || noisy))
+            f = fact_of(vals, nf);  /* the fact: for the fold, or where the writer is not sure of a value */
         for (j = 0; j < nf; j++)
             Py_XDECREF(vals[j]);
-        if (r < 0 || (r > 0 && item == NULL))
-            goto done;
         if (r == 0) {  /* a field the schema does not have: the facts are the caller's to build */
             result = Py_NewRef(Py_None);
             goto done;
         }
-        if ((noisy = is_loud(device, fields, quiet)) < 0) {
-            Py_DECREF(item);
+        if (r < 0 || item == NULL || noisy < 0 || ((item == Py_None || noisy) && f == NULL) ||
+            (noisy && PyList_Append(loud, f) < 0)) {
+            Py_XDECREF(item);
+            Py_XDECREF(f);
             goto done;
         }
-        if (item == Py_None || noisy) {  /* the fact: the writers name a value the writer is not sure of */
-            PyObject *f = fact(device, fields, base, cluster, t);
-            if (f == NULL || (noisy && PyList_Append(loud, f) < 0)) {
-                Py_XDECREF(f);
-                Py_DECREF(item);
-                goto done;
-            }
-            if (item == Py_None)
-                Py_SETREF(item, f);
-            else
-                Py_DECREF(f);
-        }
+        if (item == Py_None)
+            Py_SETREF(item, f);
+        else
+            Py_XDECREF(f);
         PyList_SET_ITEM(items, i, item);
     }
     result = PyTuple_Pack(2, items, loud);
 done:
+    for (j = 0; j < 6; j++)
+        Py_XDECREF(scrape[j]);
     Py_XDECREF(order);
     Py_XDECREF(items);
     Py_XDECREF(loud);
@@ -312,14 +330,18 @@ done:
 }
 
 static PyObject *set_body_writer(PyObject *self, PyObject *args) {
-    PyObject *capsule, *program, *names, *index;
+    PyObject *capsule, *program, *names, *fact_fields, *index;
     Py_ssize_t i, n;
+    int same;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OO!O!", &capsule, &PyBytes_Type, &program, &PyTuple_Type, &names))
+    if (!PyArg_ParseTuple(args, "OO!O!O!", &capsule, &PyBytes_Type, &program, &PyTuple_Type, &names, &PyTuple_Type,
+                          &fact_fields))
         return NULL;
     n = PyTuple_GET_SIZE(names);
     if (n > MAXFIELDS || PyBytes_GET_SIZE(program) != 2 * n)
         Py_RETURN_FALSE;
+    if ((same = PyObject_RichCompareBool(names, fact_fields, Py_EQ)) <= 0)  /* the fact's fields, in its order */
+        return same < 0 ? NULL : Py_NewRef(Py_False);
     if ((index = PyDict_New()) == NULL)
         return NULL;
     for (i = 0; i < n; i++) {
@@ -345,6 +367,11 @@ static PyObject *set_body_writer(PyObject *self, PyObject *args) {
             if ((at = PyDict_GetItemWithError(index, k_names[i])) == NULL)
                 goto other;
             at_device[i] = PyLong_AsSsize_t(at);
+        }
+        for (i = 0; i < 6; i++) {
+            if ((at = PyDict_GetItemString(index, scrape_names[i])) == NULL)
+                goto other;
+            at_scrape[i] = PyLong_AsSsize_t(at);
         }
     }
     if ((body_of = (BodyOf)PyCapsule_GetPointer(capsule, BODY_API)) == NULL) {
@@ -377,9 +404,9 @@ static PyMethodDef methods[] = {
     {"health_rows", (PyCFunction)(void (*)(void))health_rows, METH_FASTCALL,
      "health_rows(health, base, cluster_id, observed_at_ms) -> the scrape's health facts: see domain/gpu_health.py"},
     {"health_bodies", (PyCFunction)(void (*)(void))health_bodies, METH_FASTCALL,
-     "health_bodies(health, base, cluster_id, observed_at_ms, quiet) -> (bodies or facts, loud facts) or None"},
+     "health_bodies(health, cluster_id, node, observed_at_ms, pos, quiet) -> (bodies or facts, loud facts) or None"},
     {"set_body_writer", set_body_writer, METH_VARARGS,
-     "set_body_writer(capsule, program, names) -> bool: health_bodies writes bodies from now on (True), or the "
+     "set_body_writer(capsule, program, names, fact_fields) -> bool: health_bodies writes bodies from now on (True), or the "
      "schema is not the fields built here (False)"},
     {"set_quiet", set_quiet, METH_VARARGS, "set_quiet(input field names, clock-event mask): HealthFold's inputs"},
     {"setup", setup, METH_VARARGS, "setup(python_health_rows, GpuHealthFact, HealthDevice, fact_id)"},
@@ -397,6 +424,9 @@ PyMODINIT_FUNC PyInit__health(void) {
     INTERN(s_dict, "__dict__")
     INTERN(k_fact_id, "fact_id")
     INTERN(k_reasons, "clock_event_reasons")
+    INTERN(a_topic, "topic")
+    INTERN(a_partition, "partition")
+    INTERN(a_offset, "offset")
     INTERN(k_names[0], "gpu_uuid")
     INTERN(k_names[1], "gpu_instance_id")
     INTERN(k_names[2], "profile")

@@ -94,8 +94,7 @@ def health_bodies(cluster_id: str, node: str, observed_at_ms: int, parsed: DcgmP
     ``health_facts``. domain/_health.c ``health_bodies``."""
     if _health_bodies is None:
         return None
-    return _health_bodies(parsed.health, _base(cluster_id, node, observed_at_ms, pos), cluster_id, observed_at_ms,
-                          quiet)
+    return _health_bodies(parsed.health, cluster_id, node, observed_at_ms, pos, quiet)
 
 
 def _base(cluster_id: str, node: str, observed_at_ms: int, pos: SourcePos) -> dict:

@@ -187,8 +187,10 @@ def encode_fact_bodies() -> bool:
     if _body_of is None or any(_WRITERS[k].bodies is None for k in ("utilization", "health")):
         return False
     from gpuledger.domain import _facts, _health
+    from gpuledger.domain.gpu_health import GpuHealthFact
     util, health = (_WRITERS[k].bodies.args for k in ("utilization", "health"))
-    return _facts.set_body_writer(_body_of, util[0], util[1]) & _health.set_body_writer(_body_of, health[0], health[1])
+    return _facts.set_body_writer(_body_of, util[0], util[1]) & _health.set_body_writer(
+        _body_of, health[0], health[1], tuple(GpuHealthFact.__dataclass_fields__))
 
 
 def split_batch(kind: str, value: bytes) -> list[bytes]:

@@ -183,3 +183,14 @@ def test_a_value_the_writer_refuses_stays_a_fact_and_other_fields_leave_it_to_th
     _, loud = health_bodies("c", "n", T0, DcgmParse([], 0, {}, {b: {"xid_last": 3, "clock_event_reasons": 0}}), pos,
                             quiet)
     assert len(loud) == 1  # bits 0 is not "no field"
+
+
+def test_the_writer_is_taken_only_for_a_schema_of_the_facts_fields_in_their_order() -> None:
+    from gpuledger.streams.fact_batches import _WRITERS, _body_of, encode_fact_bodies
+
+    program, names = _WRITERS["health"].bodies.args[:2]
+    assert names == tuple(FIELDS)
+    shuffled = (names[1], names[0], *names[2:])
+    assert _health.set_body_writer(_body_of, program, names, shuffled) is False
+    assert _health.set_body_writer(_body_of, program[:-2], names[:-1], tuple(FIELDS[:-1])) is False  # no src_offset
+    assert encode_fact_bodies()
