@@ -140,7 +140,8 @@ class SampleAttribution:
         oldest = min((s[0] for s in st.pending_scrapes), default=st.dcgm_wm_ms)
         horizon = min(oldest, st.dcgm_wm_ms) - self.node_grace_ms
         for pieces in st.pieces.values():
-            drop_before(pieces, horizon)
+            if pieces and pieces[0].end_ms < horizon:  # most passes drop nothing: no call for them
+                drop_before(pieces, horizon)
         st.gaps = [g for g in st.gaps if g[1] >= horizon]
         if st.evidence_gaps:  # a snapshot later than the allowed lateness no longer fills a gap
             st.evidence_gaps = [g for g in st.evidence_gaps if g[1] >= self.pr_watermark_ms - self.lateness_ms]

@@ -2,7 +2,9 @@
 reference (domain/gpu_health.py ``python_health_rows``): the same facts, field by field and in
 the same order, over the reference scrapes and generated device sets (MIG instances, devices
 of one UUID and instance that differ only in their other labels, hostile values), and the
-reference's answer for arguments the parse never makes."""
+reference's answer for arguments the parse never makes. The bodies a worker writes
+(``health_bodies``) are the writer's bodies of those facts, and the health fold sees every fact
+that changes it."""
 
 from __future__ import annotations
 
