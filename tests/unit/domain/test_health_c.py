@@ -178,6 +178,9 @@ def test_a_value_the_writer_refuses_stays_a_fact_and_other_fields_leave_it_to_th
                                 {})
     assert type(items[0]) is GpuHealthFact and items[0].xid_last == 2**70 and type(items[1]) is bytes
     assert [f.gpu_uuid for f in loud] == ["GPU-a", "GPU-b"]  # nothing quiet in an empty fold
+    reference = health_facts("c", "n", T0, DcgmParse([], 0, {}, {a: {"xid_last": 2**70}, b: {"xid_last": 3}}), pos)
+    for made in (items[:1], loud):  # the facts built here are health_rows' facts, field for field and in order
+        assert [list(vars(f).items()) for f in made] == [list(vars(f).items()) for f in reference[:len(made)]]
     assert health_bodies("c", "n", T0, DcgmParse([], 0, {}, {a: {"not_a_field": 1}}), pos, {}) is None
     quiet = {("GPU-b", None): (3, None, None, None, None, None)}
     _, loud = health_bodies("c", "n", T0, DcgmParse([], 0, {}, {b: {"xid_last": 3}}), pos, quiet)
