@@ -1,0 +1,18 @@
+/* What the two halves of the _health module share (domain/_health.c: health_rows and the
+ * module; domain/_health_bodies.c: health_bodies and its writer). */
+#ifndef GPULEDGER_HEALTH_H
+#define GPULEDGER_HEALTH_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* set by setup() and the module's init: the reference, GpuHealthFact, facts.fact_id, names */
+extern PyObject *reference, *fact_cls, *fact_id, *s_health, *s_dict, *no_args, *k_fact_id, *k_names[5];
+PyObject *in_order(PyObject *health);  /* the devices in the facts' order; None where not as the parse makes them */
+PyObject *fields_of(PyObject *health, PyObject *device);  /* borrowed; NULL with an error where it went */
+
+PyObject *health_bodies(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *set_body_writer(PyObject *self, PyObject *args);
+PyObject *set_quiet(PyObject *self, PyObject *args);
+int bodies_init(void);  /* 0, or -1 with an error set */
+
+#endif
