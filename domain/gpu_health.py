@@ -91,7 +91,7 @@ def health_bodies(cluster_id: str, node: str, observed_at_ms: int, parsed: DcgmP
     set (streams/fact_batches.py ``encode_fact_bodies``), else None: (each device's Avro body,
     or its fact where the writer is not sure of a value; the facts of the devices whose
     ``HealthFold`` with ``quiet`` as its ``_quiet`` must fold them), devices in the order of
-    ``health_facts``. domain/_health.c ``health_bodies``."""
+    ``health_facts``. domain/_health_bodies.c."""
     if _health_bodies is None:
         return None
     return _health_bodies(parsed.health, cluster_id, node, observed_at_ms, pos, quiet)

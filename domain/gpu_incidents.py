@@ -48,7 +48,7 @@ _THERMAL = CLOCK_EVENT_BITS["SW_THERMAL"] | CLOCK_EVENT_BITS["HW_THERMAL"]
 _POWER = CLOCK_EVENT_BITS["HW_SLOWDOWN"] | CLOCK_EVENT_BITS["HW_POWER_BRAKE"]
 # what ``HealthFold.observe`` folds of a fact: these fields, then its clock-event bits in QUIET_MASK
 # (None without the field); a fact with the same inputs as its device's last quiet one changes
-# nothing (domain/_health.c ``health_bodies`` leaves such facts unfolded by the same rule)
+# nothing (domain/_health_bodies.c leaves such facts unfolded by the same rule)
 QUIET_INPUTS = ("xid_last", "ecc_dbe_volatile_total", "ecc_dbe_aggregate_total", "row_remap_failure",
                 "remapped_rows_uncorrectable")
 QUIET_MASK = _THERMAL | _POWER
