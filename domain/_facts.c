@@ -12,7 +12,7 @@
  *     worker's writer (streams/_avro_c ``body_of``, handed to set_body_writer) writes of it
  *     where it is sure of every value, else as the fact.
  * setup(python_utilization_fact, UtilizationFact, Piece): the reference and the classes, once.
- * The fact ids' SHA-256 is in domain/_fact_id.c.
+ * The fact ids' SHA-256 is in domain/_fact_id.c, capacity facts in domain/_capacity_fact.c.
  */
 #include "_facts.h"  /* Python.h first, as it must be */
 
@@ -267,6 +267,10 @@ static PyMethodDef methods[] = {
      "set_body_writer(capsule, program, names) -> bool: utilization_body writes bodies from now on (True), or the "
      "schema is not the fields built here (False)"},
     {"setup", setup, METH_VARARGS, "setup(python_utilization_fact, UtilizationFact, Piece)"},
+    {"capacity_fact", (PyCFunction)(void (*)(void))capacity_fact, METH_FASTCALL,
+     "capacity_fact(seg, gpu_uuid, device_id, gpu_class, mode, profile, fraction, a, b, kind, owner, confidence, "
+     "reason) -> (device_id, fact, piece): see domain/capacity.py"},
+    {"capacity_setup", capacity_setup, METH_VARARGS, "capacity_setup(python_make_fact, CapacityFact, Piece, no_owner)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -277,7 +281,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_facts", NULL, -1, m
         return NULL;
 
 PyMODINIT_FUNC PyInit__facts(void) {
-    if (fact_id_init() < 0)
+    if (fact_id_init() < 0 || capacity_fact_init() < 0)
         return NULL;
     INTERN(s_utilization, "utilization")
     INTERN(s_allocated, "allocated")

@@ -161,10 +161,12 @@ _NO_OWNER = {"tenant_id": "", "project_id": "", "cost_center": "", "namespace": 
              "pod_name": "", "pod_uid": "", "container": "", "endpoint_id": "", "workload_kind": "pod"}
 
 
-def make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode: str, profile: str, fraction: float,
-              a: int, b: int, kind: str, owner: dict | None, confidence: str, reason: str) -> tuple[str, CapacityFact, Piece]:
+def python_make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode: str, profile: str,
+                     fraction: float, a: int, b: int, kind: str, owner: dict | None, confidence: str,
+                     reason: str) -> tuple[str, CapacityFact, Piece]:
     """One capacity fact and its lookup piece; the id hashes the unit, the bounds, the kind and
-    the holder's identity (pod and namespace UIDs, or VM and owner for a vGPU)."""
+    the holder's identity (pod and namespace UIDs, or VM and owner for a vGPU). ``make_fact``
+    is this in C where the C module is built (domain/_capacity_fact.c)."""
     who = {**_NO_OWNER, **(owner or {})}
     fid = _capacity_id(seg.cluster_id, device_id, a, b, kind, who)
     fact = built(CapacityFact, {
@@ -180,6 +182,15 @@ def make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str, mode:
 def _capacity_id(cluster_id: str, device_id: str, a: int, b: int, kind: str, who: dict) -> str:
     return fact_id("capacity", cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"],
                    *([who["tenant_id"]] if who["workload_kind"] == "vm" else []))
+
+
+try:  # built at install (pyproject.toml); a source tree without the build makes them in Python
+    from gpuledger.domain import _facts
+except ImportError:  # pragma: no cover — tests/unit/domain/test_capacity_fact_c.py requires it
+    make_fact = python_make_fact
+else:
+    _facts.capacity_setup(python_make_fact, CapacityFact, Piece, _NO_OWNER)
+    make_fact = _facts.capacity_fact
 
 
 _BOUNDS = frozenset(("fact_id", "valid_from_ms", "valid_to_ms", "src_topic", "src_partition", "src_offset"))
