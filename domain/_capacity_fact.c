@@ -15,7 +15,7 @@
 #include "_facts.h"  /* Python.h first, as it must be */
 
 static PyObject *reference, *fact_cls, *piece_cls, *no_owner;
-static PyObject *s_capacity, *s_vm, *s_dict, *no_args, *a_cluster, *a_node, *a_pos, *a_topic, *a_partition,
+static PyObject *s_capacity, *s_vm, *a_cluster, *a_node, *a_pos, *a_topic, *a_partition,
     *a_offset;
 /* the fact's fields before the owner's, and after */
 static PyObject *k_head[12], *k_tail[5];
@@ -40,13 +40,6 @@ PyObject *capacity_setup(PyObject *self, PyObject *args) {
     if (no_owner == NULL)
         return NULL;
     Py_RETURN_NONE;
-}
-
-static PyObject *object_of(PyObject *cls, PyObject *d) {
-    PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
-    if (o != NULL && PyObject_GenericSetAttr(o, s_dict, d) < 0)
-        Py_CLEAR(o);
-    return o;
 }
 
 /* who[key], which is there: the defaults hold every key read here */
@@ -105,7 +98,7 @@ PyObject *capacity_fact(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (i = 0; i < 5; i++)
         if (PyDict_SetItem(d, k_tail[i], tail[i]) < 0)
             goto done;
-    if ((fact = object_of(fact_cls, d)) == NULL)
+    if ((fact = built_object(fact_cls, d)) == NULL)
         goto done;
     Py_SETREF(d, _PyDict_NewPresized(11));
     if (d == NULL || PyDict_SetItem(d, p_start, args[7]) < 0 || PyDict_SetItem(d, p_end, args[8]) < 0 ||
@@ -118,7 +111,7 @@ PyObject *capacity_fact(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (PyDict_SetItem(d, k_tail[0], args[11]) < 0 || PyDict_SetItem(d, k_tail[1], args[12]) < 0)
         goto done;
-    if ((piece = object_of(piece_cls, d)) == NULL)
+    if ((piece = built_object(piece_cls, d)) == NULL)
         goto done;
     result = PyTuple_Pack(3, args[2], fact, piece);
 done:
@@ -145,7 +138,6 @@ int capacity_fact_init(void) {
     int i;
     INTERN(s_capacity, "capacity")
     INTERN(s_vm, "vm")
-    INTERN(s_dict, "__dict__")
     INTERN(a_cluster, "cluster_id")
     INTERN(a_node, "node")
     INTERN(a_pos, "pos")
@@ -164,7 +156,5 @@ int capacity_fact_init(void) {
         INTERN(k_tail[i], tail_names[i])
         INTERN(p_owner[i], owner_names[i])
     }
-    if ((no_args = PyTuple_New(0)) == NULL)
-        return -1;
     return 0;
 }

@@ -50,6 +50,13 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyObject *built_object(PyObject *cls, PyObject *d) {
+    PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
+    if (o != NULL && PyObject_GenericSetAttr(o, s_dict, d) < 0)
+        Py_CLEAR(o);
+    return o;
+}
+
 /* The answer is the reference's: where an argument is not of the type expected here. */
 #define FALLBACK() do { result = PyObject_Vectorcall(py_utilization, args, nargs, NULL); goto done; } while (0)
 
@@ -196,9 +203,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
     for (i = 0; i < NFIELDS; i++)
         if (PyDict_SetItem(d, *field_keys[i], vals[i]) < 0)
             goto done;
-    result = PyBaseObject_Type.tp_new((PyTypeObject *)utilization_cls, no_args, NULL);
-    if (result != NULL && PyObject_GenericSetAttr(result, s_dict, d) < 0)
-        Py_CLEAR(result);
+    result = built_object(utilization_cls, d);
     if (result != NULL && confidence_out != NULL)
         *confidence_out = Py_NewRef(confidence);
 done:

@@ -14,8 +14,8 @@
  * health_bodies, the same facts as a worker writes them, is in domain/_health_bodies.c. */
 #include "_health.h"  /* Python.h first, as it must be */
 
-PyObject *reference, *fact_cls, *fact_id, *s_health, *s_dict, *no_args, *k_fact_id, *k_names[5];
-static PyObject *device_cls, *minus_one;
+PyObject *reference, *fact_cls, *fact_id, *s_health, *k_fact_id, *k_names[5];
+static PyObject *device_cls, *minus_one, *s_dict, *no_args;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *cls, *dev, *ids;
@@ -40,6 +40,13 @@ static int plain(PyObject *device, PyObject *fields) {
            PyUnicode_CheckExact(PyTuple_GET_ITEM(device, 4));
 }
 
+PyObject *fact_from(PyObject *row) {
+    PyObject *f = PyBaseObject_Type.tp_new((PyTypeObject *)fact_cls, no_args, NULL);
+    if (f != NULL && PyObject_GenericSetAttr(f, s_dict, row) < 0)
+        Py_CLEAR(f);
+    return f;
+}
+
 /* One fact: a copy of base with the device's id, identity and fields. */
 static PyObject *fact(PyObject *device, PyObject *fields, PyObject *base, PyObject *cluster, PyObject *t) {
     PyObject *row, *id, *parts[5], *result = NULL;
@@ -59,9 +66,7 @@ static PyObject *fact(PyObject *device, PyObject *fields, PyObject *base, PyObje
             goto done;
     if (PyDict_Update(row, fields) < 0)
         goto done;
-    result = PyBaseObject_Type.tp_new((PyTypeObject *)fact_cls, no_args, NULL);
-    if (result != NULL && PyObject_GenericSetAttr(result, s_dict, row) < 0)
-        Py_CLEAR(result);
+    result = fact_from(row);
 done:
     Py_DECREF(row);
     return result;

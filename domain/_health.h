@@ -6,7 +6,8 @@
 #include <Python.h>
 
 /* set by setup() and the module's init: the reference, GpuHealthFact, facts.fact_id, names */
-extern PyObject *reference, *fact_cls, *fact_id, *s_health, *s_dict, *no_args, *k_fact_id, *k_names[5];
+extern PyObject *reference, *fact_cls, *fact_id, *s_health, *k_fact_id, *k_names[5];
+PyObject *fact_from(PyObject *row);  /* a GpuHealthFact whose __dict__ is row, as facts.built makes it */
 PyObject *in_order(PyObject *health);  /* the devices in the facts' order; None where not as the parse makes them */
 PyObject *fields_of(PyObject *health, PyObject *device);  /* borrowed; NULL with an error where it went */
 

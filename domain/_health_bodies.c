@@ -113,9 +113,7 @@ static PyObject *fact_of(PyObject *const *vals, Py_ssize_t n) {
     for (i = 0; i < n; i++)
         if (PyDict_SetItem(d, PyTuple_GET_ITEM(body_names, i), vals[i]) < 0)
             goto done;
-    f = PyBaseObject_Type.tp_new((PyTypeObject *)fact_cls, no_args, NULL);
-    if (f != NULL && PyObject_GenericSetAttr(f, s_dict, d) < 0)
-        Py_CLEAR(f);
+    f = fact_from(d);
 done:
     Py_DECREF(d);
     return f;

@@ -113,10 +113,10 @@ def _unit_facts(book: OwnershipBook, seg: Segment, gpu: GpuEntry | None, unit: U
             cuts.update(t for t in (u.from_ms, u.to_ms) if a0 < t < b0)
     if pod is not None:
         changes = book.namespace_changes(pod.namespace, a0, b0)
-        if changes or (pod.end_ms is not None and a0 < pod.end_ms < b0):
+        if pod.end_ms is not None and a0 < pod.end_ms < b0:
+            changes = [*changes, pod.end_ms]
+        if changes:
             cuts = cuts or {a0, b0}
-            if pod.end_ms is not None and a0 < pod.end_ms < b0:
-                cuts.add(pod.end_ms)
             cuts.update(changes)
     bounds = sorted(cuts) if cuts is not None else (a0, b0)
     gpu_uuid = gpu.gpu_uuid if gpu else unit.device_id.split("::")[0]

@@ -100,7 +100,10 @@ class HealthFold:
         as their Avro bodies where the writer is set (``health_bodies``: only the devices that
         are not quiet are built as facts, for the fold; a quiet one's would change nothing)."""
         made = health_bodies(cluster_id, node, observed_at_ms, parsed, pos, self._quiet) if encoded else None
-        facts, folded = (health_facts(cluster_id, node, observed_at_ms, parsed, pos),) * 2 if made is None else made
+        if made is None:
+            facts = folded = health_facts(cluster_id, node, observed_at_ms, parsed, pos)
+        else:
+            facts, folded = made
         incidents = []
         for fact in folded:
             incidents += self.observe(fact)
