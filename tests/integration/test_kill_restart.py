@@ -30,7 +30,11 @@ def _utilization_rows_via_worker(stack: Stack) -> int:
 
 
 def test_sigkill_mid_run_then_restart_equals_undisturbed_run(broker, tmp_path):
-    plan = truth_plan(hours=6)
+    """Killed twice by its own progress (a kill timed in seconds, or by the facts the sink has
+    written, can land after a run that takes seconds): first once the sink wrote facts and the
+    worker committed a tenth of the day's DCGM records, then, restored, at over a third. Each
+    kill must find records still to process, or the test fails."""
+    plan = truth_plan(hours=24)
     cap = write_capture(plan, tmp_path / "capture")
     expected_samples = sum(len(g) for g in plan.nodes.values()) * (plan.end_ms - plan.start_ms) // plan.scrape_every_ms
     expected_samples -= sum((b - a) // plan.scrape_every_ms for _, a, b in plan.telemetry_gaps)
@@ -42,15 +46,21 @@ def test_sigkill_mid_run_then_restart_equals_undisturbed_run(broker, tmp_path):
     want = undisturbed.facts()
     assert len(want["utilization_facts"]) == expected_samples
 
+    # commits every half second, so the committed share rises in steps a kill can land between
     killed = Stack(tmp_path / "killed", f"t{uuid.uuid4().hex[:10]}", {"GPULEDGER_CHECKPOINT_INTERVAL_S": "0.5"})
     killed.run("ingest", str(cap))
-    kills = []
-    for threshold in (1, expected_samples // 3):
+    at_kills = []
+    for share, written in ((0.10, 1), (0.35, 0)):
         worker = killed.start("process")
-        wait_for(lambda: _utilization_rows_via_worker(killed) >= threshold, 120, f"{threshold} facts written")
-        stop(worker, signal.SIGKILL)
-        kills.append(worker.returncode)
-    assert kills == [-signal.SIGKILL, -signal.SIGKILL]
+        try:
+            wait_for(lambda: killed.committed_share() >= share and _utilization_rows_via_worker(killed) >= written,
+                     240, f"{share:.0%} of the DCGM topic committed and {written} facts written")
+        finally:
+            stop(worker, signal.SIGKILL)
+        assert worker.returncode == -signal.SIGKILL
+        at_kills.append(killed.committed_share())
+    print(f"killed at {at_kills[0]:.0%} and {at_kills[1]:.0%} of the DCGM topic committed")
+    assert all(share < 1.0 for share in at_kills), f"a kill came after the worker committed the whole topic: {at_kills}"
     partial = killed.facts()
     assert 0 < len(partial["utilization_facts"]) < expected_samples  # the kills really were mid-run
 
