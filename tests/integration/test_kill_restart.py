@@ -88,6 +88,7 @@ def test_two_workers_one_killed_and_restarted_equal_one_undisturbed_worker(broke
         # not the sink's (which lags the workers on a busy machine)
         wait_for(lambda: two.committed_share() >= 0.15, 240, "15 % of the DCGM topic committed by the workers")
         stop(a, signal.SIGKILL)
+        print(f"killed at {two.committed_share():.0%} of the DCGM topic committed")
         assert a.returncode == -signal.SIGKILL and b.poll() is None, "the other worker keeps going"
         assert two.committed_share() < 1.0, "killed mid-stream"
         again = two.start("worker", "--until-caught-up")
