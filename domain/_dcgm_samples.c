@@ -35,7 +35,7 @@ static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, Py
     if (r < 0)
         goto fail;
     has_ratio = r == 1;
-    d = PyDict_New();
+    d = _PyDict_NewPresized(8);  /* the sample's 8 fields, without a resize on the way */
     if (d == NULL || PyDict_SetItem(d, f_uuid, PyTuple_GET_ITEM(key, 0)) < 0 ||
         PyDict_SetItem(d, f_instance, PyTuple_GET_ITEM(key, 1)) < 0)
         goto fail;

@@ -140,9 +140,26 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
 
 /* One line, text[start:end] (made a str only for what the Python helpers are handed); returns 1
  * when it was parsed as an attribution value, 0 otherwise, -1 on error. */
+/* Where c first (direction 1) or last (-1) is in text[start:end]: -1 if nowhere, -2 on error, as
+ * PyUnicode_FindChar; an ASCII text's bytes are searched without its calls. */
+static Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction) {
+    const char *data, *at;
+    if (!plain)
+        return PyUnicode_FindChar(text, c, start, end, direction);
+    data = (const char *)PyUnicode_DATA(text);
+    if (direction > 0) {
+        at = memchr(data + start, c, (size_t)(end - start));
+        return at == NULL ? -1 : at - data;
+    }
+    for (at = data + end; at > data + start;)
+        if (*--at == c)
+            return at - data;
+    return -1;
+}
+
 static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, PyObject *cache, PyObject *from_old,
                      PyObject *per_gpu, PyObject *models, PyObject *pod_values, PyObject *health_out,
-                     PyObject *skipped, Recent *gpus, Recent *devices) {
+                     PyObject *skipped, Recent *gpus, Recent *devices, Recent *pods) {
     Py_ssize_t brace, close, rest_from = start, series_end;
     uint64_t hash = 0;
     int labeled = 0;
@@ -152,11 +169,11 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
 #define LINE() (line != NULL ? line : (line = PyUnicode_Substring(text, start, n)))
     if (n == start || PyUnicode_READ_CHAR(text, start) == '#')
         return 0;
-    brace = PyUnicode_FindChar(text, '{', start, n, 1);
+    brace = find_char(text, plain, start, n, '{', 1);
     if (brace == -2)
         return -1;
     if (brace >= 0) {
-        close = PyUnicode_FindChar(text, '}', start, n, -1);
+        close = find_char(text, plain, start, n, '}', -1);
         if (close == -2)
             return -1;
         if (close < brace) {
@@ -169,7 +186,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
         brace -= start;
         labeled = 1;
     } else {
-        Py_ssize_t space = PyUnicode_FindChar(text, ' ', start, n, 1);
+        Py_ssize_t space = find_char(text, plain, start, n, ' ', 1);
         if (space == -2)
             return -1;
         series_end = space < 0 ? n : space;
@@ -264,12 +281,17 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
         } else if (!(lo <= v && v < hi)) {
             reason = implausible;
         } else {
-            PyObject *fields;
+            PyObject *fields, *by_field;
+            Py_ssize_t held;
             int r;
             if (pod != Py_None && PyObject_IsTrue(ratio)) {
-                PyObject *by_field = inner_dict(pod_values, key), *by_pod;
-                if (by_field == NULL || (by_pod = inner_dict(by_field, field)) == NULL ||
-                    PyDict_SetItem(by_pod, pod, value) < 0)
+                PyObject *by_pod;
+                if ((by_field = recent_find(pods, key)) == NULL) {
+                    if ((by_field = inner_dict(pod_values, key)) == NULL)
+                        goto done;
+                    recent_keep(pods, key, by_field);
+                }
+                if ((by_pod = inner_dict(by_field, field)) == NULL || PyDict_SetItem(by_pod, pod, value) < 0)
                     goto done;
             }
             if ((fields = recent_find(gpus, key)) == NULL) {
@@ -287,12 +309,10 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
                 }
                 recent_keep(gpus, key, fields);
             }
-            r = PyDict_Contains(fields, field);
-            if (r < 0)
+            held = PyDict_GET_SIZE(fields);  /* fields.setdefault(field, value): new if the dict grew */
+            if (PyDict_SetDefault(fields, field, value) == NULL)
                 goto done;
-            if (r == 0) {
-                if (PyDict_SetItem(fields, field, value) < 0)
-                    goto done;
+            if (PyDict_GET_SIZE(fields) > held) {
                 result = 1;
                 goto done;
             }
@@ -317,7 +337,7 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
     PyObject *text, *cache, *from_old, *per_gpu, *models, *pod_values, *health_out, *skipped;
     Py_ssize_t len, i = 0, parsed = 0, lines = 0;
     int kind, plain;
-    Recent gpus = {.n = 0}, devices = {.n = 0};
+    Recent gpus = {.n = 0}, devices = {.n = 0}, pods = {.n = 0};
     const void *data;
     if (miss == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_dcgm_walk.setup() was not called");
@@ -343,7 +363,7 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
                 ;
         }
         r = walk_line(text, i, end, plain, cache, from_old, per_gpu, models, pod_values, health_out, skipped, &gpus,
-                      &devices);
+                      &devices, &pods);
         if (r < 0)
             return NULL;
         parsed += r;
