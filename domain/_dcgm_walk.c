@@ -138,8 +138,6 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
     return r;
 }
 
-/* One line, text[start:end] (made a str only for what the Python helpers are handed); returns 1
- * when it was parsed as an attribution value, 0 otherwise, -1 on error. */
 /* Where c first (direction 1) or last (-1) is in text[start:end]: -1 if nowhere, -2 on error, as
  * PyUnicode_FindChar; an ASCII text's bytes are searched without its calls. */
 static Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction) {
@@ -157,6 +155,8 @@ static Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssiz
     return -1;
 }
 
+/* One line, text[start:end] (made a str only for what the Python helpers are handed); returns 1
+ * when it was parsed as an attribution value, 0 otherwise, -1 on error. */
 static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, PyObject *cache, PyObject *from_old,
                      PyObject *per_gpu, PyObject *models, PyObject *pod_values, PyObject *health_out,
                      PyObject *skipped, Recent *gpus, Recent *devices, Recent *pods) {
@@ -281,11 +281,11 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
         } else if (!(lo <= v && v < hi)) {
             reason = implausible;
         } else {
-            PyObject *fields, *by_field;
+            PyObject *fields;
             Py_ssize_t held;
             int r;
             if (pod != Py_None && PyObject_IsTrue(ratio)) {
-                PyObject *by_pod;
+                PyObject *by_field, *by_pod;
                 if ((by_field = recent_find(pods, key)) == NULL) {
                     if ((by_field = inner_dict(pod_values, key)) == NULL)
                         goto done;
