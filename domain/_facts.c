@@ -12,7 +12,8 @@
  *     worker's writer (streams/_avro_c ``body_of``, handed to set_body_writer) writes of it
  *     where it is sure of every value, else as the fact.
  * setup(python_utilization_fact, UtilizationFact, Piece): the reference and the classes, once.
- * The fact ids' SHA-256 is in domain/_fact_id.c, capacity facts in domain/_capacity_fact.c.
+ * The fact ids' SHA-256 is in domain/_fact_id.c, capacity facts in domain/_capacity_fact.c, a
+ * node's capacity segment in domain/_capacity_segment.c.
  */
 #include "_facts.h"  /* Python.h first, as it must be */
 
@@ -276,6 +277,12 @@ static PyMethodDef methods[] = {
      "capacity_fact(seg, gpu_uuid, device_id, gpu_class, mode, profile, fraction, a, b, kind, owner, confidence, "
      "reason) -> (device_id, fact, piece): see domain/capacity.py"},
     {"capacity_setup", capacity_setup, METH_VARARGS, "capacity_setup(python_make_fact, CapacityFact, Piece, no_owner)"},
+    {"segment_facts", (PyCFunction)(void (*)(void))segment_facts, METH_FASTCALL,
+     "segment_facts(inv, book, cluster_id, node, start, end, holders, pos) -> [(device_id, fact, piece)]: see "
+     "domain/capacity.py"},
+    {"segment_setup", segment_setup, METH_VARARGS,
+     "segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of)"},
+    {"segment_counts", segment_counts, METH_NOARGS, "segment_counts() -> (GPUs taken in C, GPUs handed to _gpu_facts)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -286,7 +293,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_facts", NULL, -1, m
         return NULL;
 
 PyMODINIT_FUNC PyInit__facts(void) {
-    if (fact_id_init() < 0 || capacity_fact_init() < 0)
+    if (fact_id_init() < 0 || capacity_fact_init() < 0 || capacity_segment_init() < 0)
         return NULL;
     INTERN(s_utilization, "utilization")
     INTERN(s_allocated, "allocated")

@@ -1,5 +1,6 @@
 /* What the parts of the _facts module share (domain/_facts.c: utilization facts and the
- * module; domain/_fact_id.c: fact ids; domain/_capacity_fact.c: capacity facts). */
+ * module; domain/_fact_id.c: fact ids; domain/_capacity_fact.c: capacity facts;
+ * domain/_capacity_segment.c and _capacity_owner.c: a node's capacity segment). */
 #ifndef GPULEDGER_FACTS_H
 #define GPULEDGER_FACTS_H
 #define PY_SSIZE_T_CLEAN
@@ -13,5 +14,30 @@ PyObject *built_object(PyObject *cls, PyObject *d);
 PyObject *capacity_setup(PyObject *self, PyObject *args);
 PyObject *capacity_fact(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int capacity_fact_init(void);  /* 0, or -1 with an error set */
+/* domain/_capacity_owner.c: the OwnershipBook's lookups for a capacity fact's owner. Each answers
+ * 1 (answered), 0 (not sure: a value of a type the book never holds) or -1 (error). */
+typedef struct {
+    PyObject *by_name, *pods, *namespaces;  /* the book's dicts; all NULL where one is not a dict */
+} Book;
+void book_open(Book *book, PyObject *obj);
+void book_close(Book *book);
+/* o.name as a long long (*none: it was None, where none_ok) */
+int attr_ll(PyObject *o, PyObject *name, int none_ok, long long *out, int *none);
+/* o.name where it is an exact str (new reference), else NULL with *err set on an error */
+PyObject *attr_str(PyObject *o, PyObject *name, int *err);
+/* OwnershipBook.pod_at: *life a new reference or NULL (no pod) */
+int book_pod_at(Book *book, PyObject *namespace, PyObject *name, long long t, PyObject **life);
+/* a namespace version edge inside (a, b) (OwnershipBook.namespace_changes non-empty): 1 yes, 0 no,
+ * 2 not sure, -1 error */
+int book_namespace_changes(Book *book, PyObject *namespace, long long a, long long b);
+/* capacity.py ``_owner`` for a unit of confidence "high", at t: new references */
+int book_owner(Book *book, PyObject *holder, PyObject *pod, PyObject *pod_ns, long long t, PyObject **owner,
+               PyObject **confidence, PyObject **reason);
+int capacity_owner_init(void);  /* 0, or -1 with an error set */
+/* domain/_capacity_segment.c: a node's capacity segment */
+PyObject *segment_setup(PyObject *self, PyObject *args);
+PyObject *segment_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *segment_counts(PyObject *self, PyObject *unused);
+int capacity_segment_init(void);  /* 0, or -1 with an error set */
 
 #endif

@@ -60,26 +60,46 @@ class Segment:
     pos: SourcePos
 
 
-def segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: str, start: int, end: int,
-                  holders: Holders, pos: SourcePos) -> list[tuple[str, CapacityFact, Piece]]:
-    """(device id, fact, piece) for every unit of the node's GPUs over the segment."""
+def python_segment_facts(inv: Inventory, book: OwnershipBook, cluster_id: str, node: str, start: int, end: int,
+                         holders: Holders, pos: SourcePos) -> list[tuple[str, CapacityFact, Piece]]:
+    """(device id, fact, piece) for every unit of the node's GPUs over the segment, in the
+    order of the node's GPUs, then the devices held outside the inventory. ``segment_facts``
+    is this in C where the C module is built (domain/_capacity_segment.c): it takes the
+    exclusive GPUs over which nothing changes and hands every other GPU to ``_gpu_facts``."""
     seg = Segment(cluster_id, node, start, end, pos)
     out: list[tuple[str, CapacityFact, Piece]] = []
     known: set[str] = set()
     for gpu in inv.on_node(node):
-        if gpu.valid_from_ms >= end or (gpu.valid_to_ms is not None and gpu.valid_to_ms <= start):
-            continue
-        a0, b0 = max(start, gpu.valid_from_ms), min(end, gpu.valid_to_ms if gpu.valid_to_ms is not None else end)
-        units, excess = units_of(inv, gpu)
-        unavail = inv.unavailable_windows(gpu.gpu_uuid, a0, b0)
-        for unit in units:
-            known.add(unit.device_id)
-            holder = holders.get(unit.device_id) if unit.allocatable else None
-            out += _unit_facts(book, seg, gpu, unit, a0, b0, holder, unavail)
-        if excess > 0:
-            reason = f"MIG instance weights sum to {1 + excess:.6f} GPU: over-allocated"
-            out.append(make_fact(seg, gpu.gpu_uuid, gpu.gpu_uuid + "/over-allocation", gpu.gpu_class, "mig", "", excess,
+        out += _gpu_facts(inv, book, seg, gpu, holders, known)
+    return out + _outside_of(inv, book, seg, holders, known)
+
+
+def _gpu_facts(inv: Inventory, book: OwnershipBook, seg: Segment, gpu: GpuEntry, holders: Holders,
+               known: set[str]) -> list[tuple[str, CapacityFact, Piece]]:
+    """The facts of one inventory GPU's units over the segment (none where the entry is not
+    valid in it); adds the units' device ids to ``known``."""
+    start, end = seg.start, seg.end
+    if gpu.valid_from_ms >= end or (gpu.valid_to_ms is not None and gpu.valid_to_ms <= start):
+        return []
+    a0, b0 = max(start, gpu.valid_from_ms), min(end, gpu.valid_to_ms if gpu.valid_to_ms is not None else end)
+    units, excess = units_of(inv, gpu)
+    unavail = inv.unavailable_windows(gpu.gpu_uuid, a0, b0)
+    out = []
+    for unit in units:
+        known.add(unit.device_id)
+        holder = holders.get(unit.device_id) if unit.allocatable else None
+        out += _unit_facts(book, seg, gpu, unit, a0, b0, holder, unavail)
+    if excess > 0:
+        reason = f"MIG instance weights sum to {1 + excess:.6f} GPU: over-allocated"
+        out.append(make_fact(seg, gpu.gpu_uuid, gpu.gpu_uuid + "/over-allocation", gpu.gpu_class, "mig", "", excess,
                              a0, b0, "over_allocated", None, "", reason))
+    return out
+
+
+def _outside_of(inv: Inventory, book: OwnershipBook, seg: Segment, holders: Holders,
+                known: set[str]) -> list[tuple[str, CapacityFact, Piece]]:
+    """The facts of the devices held that no inventory GPU of the node has, by device id."""
+    out = []
     for device in sorted(set(holders) - known):
         if device.startswith(("GPU-", "MIG-")):
             out += _outside_facts(inv, book, seg, device, holders[device])
@@ -186,11 +206,12 @@ def _capacity_id(cluster_id: str, device_id: str, a: int, b: int, kind: str, who
 
 try:  # built at install (pyproject.toml); a source tree without the build makes them in Python
     from gpuledger.domain import _facts
-except ImportError:  # pragma: no cover — tests/unit/domain/test_capacity_fact_c.py requires it
-    make_fact = python_make_fact
+except ImportError:  # pragma: no cover — tests/unit/domain/test_capacity_*_c.py require it
+    make_fact, segment_facts = python_make_fact, python_segment_facts
 else:
     _facts.capacity_setup(python_make_fact, CapacityFact, Piece, _NO_OWNER)
-    make_fact = _facts.capacity_fact
+    _facts.segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of)
+    make_fact, segment_facts = _facts.capacity_fact, _facts.segment_facts
 
 
 _BOUNDS = frozenset(("fact_id", "valid_from_ms", "valid_to_ms", "src_topic", "src_partition", "src_offset"))
