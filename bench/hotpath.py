@@ -21,6 +21,8 @@ import zlib
 
 from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.topics import Topics
+from gpuledger.domain import attribution
+from gpuledger.domain.capacity import python_segment_facts
 from gpuledger.schemas import Codec
 from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.engine import Engine
@@ -72,14 +74,20 @@ def _dropped(*_args, **_kwargs) -> None:
     """A producer's produce that keeps nothing (and the wait for room it never needs)."""
 
 
-def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=print) -> dict:
-    """The run, with the collector set as in a worker and set back after it."""
-    before = gc.get_threshold()
+def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=print,
+        python_capacity: bool = False) -> dict:
+    """The run, with the collector set as in a worker and set back after it. ``python_capacity``:
+    capacity segments made by the Python reference (``python_segment_facts``) instead of in C,
+    for a comparison of the two on the same machine."""
+    before, segments = gc.get_threshold(), attribution.segment_facts
     collect_for_the_data_path()
+    if python_capacity:
+        attribution.segment_facts = python_segment_facts
     try:
         return _run(gpus, hours, cadence_s, advance_every, progress)
     finally:
         gc.set_threshold(*before)
+        attribution.segment_facts = segments
 
 
 def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress) -> dict:
@@ -133,8 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hours", type=float, default=1.0)
     p.add_argument("--cadence-s", type=float, default=10.0, help="DCGM and PodResources interval")
     p.add_argument("--advance-every", type=int, default=500, help="records between two takes of the facts")
+    p.add_argument("--python-capacity", action="store_true",
+                   help="capacity segments by the Python reference, not in C (to compare the two)")
     args = p.parse_args(argv)
-    result = run(args.gpus, args.hours, args.cadence_s, args.advance_every, progress=lambda m: print(m, file=sys.stderr))
+    result = run(args.gpus, args.hours, args.cadence_s, args.advance_every, progress=lambda m: print(m, file=sys.stderr),
+                 python_capacity=args.python_capacity)
     print(result)
     return 1 if result["dead_lettered"] or not result["facts"] else 0
 
