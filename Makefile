@@ -24,7 +24,7 @@ PY312 ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[2-9]
 
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
 
-$(VENV)/.installed: pyproject.toml streams/_avro_c.c streams/_avro_write.c streams/_avro_read.c streams/_avro_c.h domain/_dcgm_walk.c domain/_dcgm_samples.c domain/_dcgm_table.c domain/_dcgm_walk.h domain/_facts.c domain/_fact_id.c domain/_capacity_fact.c domain/_capacity_segment.c domain/_capacity_owner.c domain/_facts.h domain/_samples.c domain/_health.c domain/_health_bodies.c domain/_health.h
+$(VENV)/.installed: pyproject.toml streams/_avro_c.c streams/_avro_write.c streams/_avro_read.c streams/_avro_c.h domain/_dcgm_walk.c domain/_dcgm_samples.c domain/_dcgm_table.c domain/_dcgm_walk.h domain/_facts.c domain/_fact_id.c domain/_capacity_fact.c domain/_capacity_segment.c domain/_capacity_owner.c domain/_facts.h domain/_fields.h domain/_samples.c domain/_health.c domain/_health_bodies.c domain/_health.h
 	@command -v $(PY) >/dev/null || { echo "python3 (3.11+) is required"; exit 1; }
 	@printf '#include <openssl/evp.h>\n' | $${CC:-cc} -E - >/dev/null 2>&1 || { \
 	  echo "OpenSSL's headers are required to build domain/_facts.c (Debian: apt-get install libssl-dev)"; exit 1; }

@@ -17,6 +17,8 @@
  */
 #include "_facts.h"  /* Python.h first, as it must be */
 
+#include "_fields.h"
+
 static PyObject *fact_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return hash_parts(args, nargs);
 }
@@ -26,6 +28,10 @@ static PyObject *py_utilization, *utilization_cls, *piece_cls;
 static PyObject *s_utilization, *s_allocated, *s_unattributed, *s_unknown, *s_medium, *s_empty, *s_dict, *no_args;
 static PyObject *a_ratio, *a_fb, *a_power, *a_energy, *a_uuid, *a_kind, *a_confidence, *a_reason, *a_fact_id,
     *a_tenant, *a_project, *a_namespace, *a_pod_name, *a_pod_uid, *a_topic, *a_partition, *a_offset;
+static Fields sample_fields = FIELDS(&a_ratio, &a_uuid, &a_fb, &a_power, &a_energy),
+              piece_fields = FIELDS(&a_kind, &a_confidence, &a_namespace, &a_pod_name, &a_pod_uid, &a_reason,
+                                    &a_fact_id, &a_tenant, &a_project),
+              pos_fields = FIELDS(&a_topic, &a_partition, &a_offset);
 static PyObject *k_fact_id, *k_cluster, *k_gpu_uuid, *k_device_id, *k_node, *k_observed, *k_span, *k_ratio, *k_fb,
     *k_power, *k_energy, *k_capacity_fact_id, *k_kind, *k_tenant, *k_project, *k_namespace, *k_pod_name,
     *k_pod_uid, *k_confidence, *k_reason, *k_topic, *k_partition, *k_offset;
@@ -94,7 +100,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
         FALLBACK();
     if (PyErr_Occurred())
         goto done;
-    if ((ratio = PyObject_GetAttr(s, a_ratio)) == NULL)
+    if ((ratio = field_of(&sample_fields, s, a_ratio)) == NULL)
         goto done;
     if (piece == Py_None) {
         kind = Py_NewRef(s_unknown);
@@ -103,7 +109,8 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
         if (reason == NULL)
             goto done;
     } else {
-        if ((pk = PyObject_GetAttr(piece, a_kind)) == NULL || (pc = PyObject_GetAttr(piece, a_confidence)) == NULL)
+        if ((pk = field_of(&piece_fields, piece, a_kind)) == NULL ||
+            (pc = field_of(&piece_fields, piece, a_confidence)) == NULL)
             goto done;
         if (!PyUnicode_CheckExact(pk) || !PyUnicode_CheckExact(pc))
             FALLBACK();
@@ -112,7 +119,8 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
             kind = Py_NewRef(s_allocated);
             confidence = Py_NewRef(pc);
             reason = Py_NewRef(why);
-            if ((ns = PyObject_GetAttr(piece, a_namespace)) == NULL || (pn = PyObject_GetAttr(piece, a_pod_name)) == NULL)
+            if ((ns = field_of(&piece_fields, piece, a_namespace)) == NULL ||
+                (pn = field_of(&piece_fields, piece, a_pod_name)) == NULL)
                 goto done;
             if ((key = PyTuple_Pack(2, ns, pn)) == NULL)
                 goto done;
@@ -122,7 +130,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
                 goto done;
             if (own != NULL) {  /* the pod's own series: relative to the share it holds */
                 double x, n, hv;
-                if ((uid = PyObject_GetAttr(piece, a_pod_uid)) == NULL)
+                if ((uid = field_of(&piece_fields, piece, a_pod_uid)) == NULL)
                     goto done;
                 h = PyDict_GetItemWithError(held, uid);
                 if (h == NULL && PyErr_Occurred())
@@ -146,7 +154,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
                 }
             }
         } else {
-            PyObject *pr = PyObject_GetAttr(piece, a_reason);
+            PyObject *pr = field_of(&piece_fields, piece, a_reason);
             if (pr == NULL)
                 goto done;
             if (!PyUnicode_CheckExact(pr)) {
@@ -170,24 +178,24 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
     parts[0] = s_utilization, parts[1] = cluster, parts[2] = device, parts[3] = t, parts[4] = a;
     SET(0, hash_parts(parts, a_ms != t_ms ? 5 : 4));
     SET(1, Py_NewRef(cluster));
-    SET(2, PyObject_GetAttr(s, a_uuid));
+    SET(2, field_of(&sample_fields, s, a_uuid));
     SET(3, Py_NewRef(device));
     SET(4, Py_NewRef(node));
     SET(5, Py_NewRef(t));
     SET(6, PyLong_FromLongLong(span > 0 ? span : 0));
     SET(7, Py_NewRef(ratio));
-    SET(8, PyObject_GetAttr(s, a_fb));
-    SET(9, PyObject_GetAttr(s, a_power));
-    SET(10, PyObject_GetAttr(s, a_energy));
-    SET(11, piece == Py_None ? Py_NewRef(s_empty) : PyObject_GetAttr(piece, a_fact_id));
+    SET(8, field_of(&sample_fields, s, a_fb));
+    SET(9, field_of(&sample_fields, s, a_power));
+    SET(10, field_of(&sample_fields, s, a_energy));
+    SET(11, piece == Py_None ? Py_NewRef(s_empty) : field_of(&piece_fields, piece, a_fact_id));
     SET(12, Py_NewRef(kind));
     for (i = 1; i < 6; i++)  /* tenant_id .. pod_uid */
-        SET(12 + i, piece == Py_None ? Py_NewRef(s_empty) : PyObject_GetAttr(piece, *piece_attrs[i]));
+        SET(12 + i, piece == Py_None ? Py_NewRef(s_empty) : field_of(&piece_fields, piece, *piece_attrs[i]));
     SET(18, Py_NewRef(confidence));
     SET(19, Py_NewRef(reason));
-    SET(20, PyObject_GetAttr(pos, a_topic));
-    SET(21, PyObject_GetAttr(pos, a_partition));
-    SET(22, PyObject_GetAttr(pos, a_offset));
+    SET(20, field_of(&pos_fields, pos, a_topic));
+    SET(21, field_of(&pos_fields, pos, a_partition));
+    SET(22, field_of(&pos_fields, pos, a_offset));
 #undef SET
     if (body_of != NULL && encoded) {  /* the Avro body, where the writer is sure of every value */
         if ((result = body_of(PyBytes_AS_STRING(body_program), PyBytes_GET_SIZE(body_program), vals, NFIELDS)) == NULL)

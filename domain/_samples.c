@@ -17,9 +17,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_fields.h"
+
 static PyObject *utilization_fact, *utilization_body, *sample_cls, *piece_cls;
 static PyObject *s_exclusive, *s_unattributed, *s_empty, *one, *no_pods;
 static PyObject *a_uuid, *a_per_pod, *a_mode, *a_from, *a_to, *a_start, *a_end, *a_confidence;
+static Fields sample_fields = FIELDS(&a_uuid, &a_per_pod), piece_fields = FIELDS(&a_start, &a_end),
+              entry_fields = FIELDS(&a_from, &a_to, &a_mode);
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *sample, *piece, *body = Py_None;
@@ -44,9 +48,9 @@ static int as_ll(PyObject *v, long long *out) {
 }
 
 /* An int attribute as a long long, as ``as_ll`` answers; -1 also where it cannot be read. */
-static int attr_ll(PyObject *o, PyObject *name, long long *out) {
+static int attr_ll(Fields *f, PyObject *o, PyObject *name, long long *out) {
     int r;
-    PyObject *v = PyObject_GetAttr(o, name);
+    PyObject *v = field_of(f, o, name);
     if (v == NULL)
         return -1;
     r = as_ll(v, out);
@@ -59,9 +63,9 @@ static int bounds(PyObject *piece, long long *start, long long *end) {
     int r;
     if (Py_TYPE(piece) != (PyTypeObject *)piece_cls)
         return 0;
-    if ((r = attr_ll(piece, a_start, start)) != 1)
+    if ((r = attr_ll(&piece_fields, piece, a_start, start)) != 1)
         return r;
-    return attr_ll(piece, a_end, end);
+    return attr_ll(&piece_fields, piece, a_end, end);
 }
 
 /* Is the sample of an exclusive GPU at t? 1 yes, 0 no (or not sure), -1 error. */
@@ -77,9 +81,9 @@ static int exclusive_at(PyObject *gpus_by_uuid, PyObject *uuid, long long t) {
         PyObject *g = PyList_GET_ITEM(entries, i), *to;
         long long from, to_ms = 0;
         int open_ended;
-        if ((r = attr_ll(g, a_from, &from)) != 1)
+        if ((r = attr_ll(&entry_fields, g, a_from, &from)) != 1)
             return r;
-        if ((to = PyObject_GetAttr(g, a_to)) == NULL)
+        if ((to = field_of(&entry_fields, g, a_to)) == NULL)
             return -1;
         open_ended = to == Py_None;
         r = open_ended ? 1 : as_ll(to, &to_ms);
@@ -88,7 +92,7 @@ static int exclusive_at(PyObject *gpus_by_uuid, PyObject *uuid, long long t) {
             return r;
         if (!(from <= t && (open_ended || t < to_ms)))
             continue;
-        if ((mode = PyObject_GetAttr(g, a_mode)) == NULL)  /* the first entry valid at t decides */
+        if ((mode = field_of(&entry_fields, g, a_mode)) == NULL)  /* the first entry valid at t decides */
             return -1;
         r = PyUnicode_CheckExact(mode) && PyUnicode_Compare(mode, s_exclusive) == 0;
         Py_DECREF(mode);
@@ -143,7 +147,8 @@ static int sample_facts(PyObject *const *head, long long t, PyObject *end, long 
     int r = 0, k;
     if (Py_TYPE(s) != (PyTypeObject *)sample_cls)
         return 0;
-    if ((uuid = PyObject_GetAttr(s, a_uuid)) == NULL || (per_pod = PyObject_GetAttr(s, a_per_pod)) == NULL) {
+    if ((uuid = field_of(&sample_fields, s, a_uuid)) == NULL ||
+        (per_pod = field_of(&sample_fields, s, a_per_pod)) == NULL) {
         r = -1;
         goto done;
     }
@@ -203,7 +208,8 @@ static int sample_facts(PyObject *const *head, long long t, PyObject *end, long 
         for (i = 0; i < nparts; i++) {
             PyObject *a, *b;
             int un;
-            if ((a = PyObject_GetAttr(parts[i], a_start)) == NULL || (b = PyObject_GetAttr(parts[i], a_end)) == NULL) {
+            if ((a = field_of(&piece_fields, parts[i], a_start)) == NULL ||
+                (b = field_of(&piece_fields, parts[i], a_end)) == NULL) {
                 Py_XDECREF(a);
                 r = -1;
                 break;

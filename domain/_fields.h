@@ -1,0 +1,63 @@
+/* A dataclass instance's fields read from its __dict__, in C: what PyObject_GetAttr answers for an
+ * object whose class reads attributes the generic way and defines no data descriptor of the
+ * names read (a dataclass without slots), without the class's lookup of each name on each read.
+ * The class is checked once per class and version of it (a class changed later, or a base of it,
+ * has a new version and is checked again); any other object, and a name its __dict__ lacks, is
+ * read with PyObject_GetAttr. Included by the C modules under domain/ that read samples, pieces
+ * and source positions (domain/_samples.c, domain/_facts.c). */
+#ifndef GPULEDGER_FIELDS_H
+#define GPULEDGER_FIELDS_H
+#include <Python.h>
+
+typedef struct {
+    PyObject **const *names;  /* the (interned) names read of these objects */
+    int n;
+    PyTypeObject *tp;  /* the class checked last, */
+    unsigned int tag;  /* at this version of it: */
+    int plain;  /* are the names its instances' __dict__ entries? */
+} Fields;
+
+#define FIELDS(...) {(PyObject **const[]){__VA_ARGS__}, sizeof((PyObject **[]){__VA_ARGS__}) / sizeof(PyObject **), \
+                     NULL, 0, 0}
+
+static inline int fields_plain(Fields *f, PyTypeObject *tp) {
+    int i, plain;
+#if PY_VERSION_HEX >= 0x030C0000
+    int valid = tp->tp_version_tag != 0;
+#else
+    int valid = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) != 0;
+#endif
+    if (tp == f->tp && valid && tp->tp_version_tag == f->tag)
+        return f->plain;
+    plain = tp->tp_getattro == PyObject_GenericGetAttr;
+    for (i = 0; plain && i < f->n; i++) {
+        PyObject *d = _PyType_Lookup(tp, *f->names[i]);  /* (which gives the class a version) */
+        plain = d == NULL || Py_TYPE(d)->tp_descr_set == NULL;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    valid = tp->tp_version_tag != 0;
+#else
+    valid = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) != 0;
+#endif
+    f->tp = tp;
+    f->tag = tp->tp_version_tag;
+    f->plain = plain && valid;
+    return f->plain;
+}
+
+/* o.name, a new reference (NULL with an error set where it cannot be read) */
+static inline PyObject *field_of(Fields *f, PyObject *o, PyObject *name) {
+    if (fields_plain(f, Py_TYPE(o))) {
+        PyObject **dict = _PyObject_GetDictPtr(o);
+        if (dict != NULL && *dict != NULL) {
+            PyObject *v = PyDict_GetItemWithError(*dict, name);
+            if (v != NULL)
+                return Py_NewRef(v);
+            if (PyErr_Occurred())
+                return NULL;
+        }
+    }
+    return PyObject_GetAttr(o, name);
+}
+
+#endif

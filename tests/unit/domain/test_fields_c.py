@@ -1,0 +1,101 @@
+"""The C modules read a sample's, a piece's and a source position's fields from the object's
+__dict__ (domain/_fields.h) only where that is what attribute access answers: a class with a
+property of a field's name, a class given one after its objects were read the fast way (and
+rid of it again), and a field only the class holds are read as Python reads them."""
+
+from __future__ import annotations
+
+from gpuledger.domain import _facts
+from gpuledger.domain.capacity import Piece
+from gpuledger.domain.dcgm import DeviceSample
+from gpuledger.domain.facts import SourcePos
+from gpuledger.domain.inventory import GpuEntry
+from gpuledger.domain.samples import exclusive_facts
+from gpuledger.domain.utilization import python_utilization_fact
+
+T0 = 1_764_000_000_000
+PIECE = Piece(T0 - 60_000, T0 + 60_000, "f" * 32, "allocated", "acme", "p1", "ns", "pod-a", "uid-a", "high", "")
+
+
+class Sample:
+    """A sample of no dataclass: its fields are what its __dict__ holds."""
+
+    def __init__(self, **fields) -> None:
+        self.__dict__.update(fields)
+
+
+def _fields(**change) -> dict:
+    return {"gpu_uuid": "GPU-a", "gpu_instance_id": None, "sm_active_ratio": 0.5, "fb_used_bytes": 2**30,
+            "power_w": 300.0, "energy_j": 1e9, "model": "H100", "per_pod": (), **change}
+
+
+def _args(sample, piece=PIECE, pos=SourcePos("dcgm", 1, 7)) -> tuple:
+    return ("c1", "node-1", T0, sample, pos, "GPU-a", T0, T0 + 10_000, piece, "", {}, {}, 1)
+
+
+def _both(args: tuple) -> tuple[dict, dict]:
+    return vars(_facts.utilization_fact(*args)), vars(python_utilization_fact(*args))
+
+
+def test_a_property_of_the_class_is_read_not_the_dict_entry_of_its_name() -> None:
+    class Scaled(Sample):
+        sm_active_ratio = property(lambda self: 0.25)
+
+    s = Scaled(**_fields())  # its __dict__ holds 0.5 under the property's name
+    c, py = _both(_args(s))
+    assert c == py and c["sm_active_ratio"] == 0.25
+
+
+def test_a_class_changed_after_its_objects_were_read_is_read_anew() -> None:
+    class Plain(Sample):
+        pass
+
+    s = Plain(**_fields())
+    assert _both(_args(s))[0]["power_w"] == 300.0  # read from __dict__, the class checked
+    Plain.power_w = property(lambda self: 111.0)
+    c, py = _both(_args(s))
+    assert c == py and c["power_w"] == 111.0
+    del Plain.power_w
+    assert _both(_args(s))[0]["power_w"] == 300.0
+
+
+def test_a_field_only_the_class_holds_is_read_from_the_class() -> None:
+    class Defaults(Sample):
+        energy_j = 5.0
+
+    fields = _fields()
+    del fields["energy_j"]
+    c, py = _both(_args(Defaults(**fields)))
+    assert c == py and c["energy_j"] == 5.0
+
+
+def test_the_piece_class_given_a_property_is_read_anew() -> None:
+    sample = DeviceSample("GPU-a", None, 0.5, 2**30, 300.0, 1e9, "H100", ())
+    assert _facts.utilization_fact(*_args(sample)).tenant_id == "acme"  # the Piece class checked
+    Piece.tenant_id = property(lambda self: "from-a-property")
+    try:
+        c, py = _both(_args(sample))
+        assert c == py and c["tenant_id"] == "from-a-property"
+    finally:
+        del Piece.tenant_id
+    c, py = _both(_args(sample))
+    assert c == py and c["tenant_id"] == "acme"
+
+
+def test_a_piece_bound_given_a_property_is_the_one_the_samples_meet() -> None:
+    sample = DeviceSample("GPU-a", None, 0.5, 2**30, 300.0, 1e9, "H100", ())
+    gpus = {"GPU-a": [GpuEntry("GPU-a", "node-1", "H100", "H100", "exclusive", T0 - 10**6, None)]}
+
+    def spans() -> list[int]:
+        out: list = []
+        exclusive_facts("c1", "node-1", T0, T0 + 10_000, [sample], SourcePos("dcgm", 1, 7), "",
+                                 {"GPU-a": [PIECE]}, gpus, out, out.append)
+        return [f.span_ms for f in out]
+
+    assert spans() == [10_000]  # the piece covers the whole sample: the Piece class checked
+    Piece.start_ms = property(lambda self: T0 + 4_000)
+    try:
+        assert spans() == [6_000]  # the piece begins inside it now
+    finally:
+        del Piece.start_ms
+    assert spans() == [10_000]
