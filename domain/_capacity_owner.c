@@ -81,6 +81,44 @@ int book_pod_at(Book *book, PyObject *namespace, PyObject *name, long long t, Py
     return 1;
 }
 
+/* Does ``namespace/name`` name the same pod (or none) at a and at b (``OwnershipBook.same_pod_at``)?
+ * 1 yes, 0 no, 2 not sure, -1 error. */
+int book_same_pod(Book *book, PyObject *namespace, PyObject *name, long long a, long long b) {
+    PyObject *key = PyUnicode_FromFormat("%U/%U", namespace, name), *uids, *at_a = NULL, *at_b = NULL;
+    long long start, end;
+    int r, none;
+    if (key == NULL)
+        return -1;
+    uids = PyDict_GetItemWithError(book->by_name, key);
+    Py_DECREF(key);
+    if (uids == NULL)
+        return PyErr_Occurred() ? -1 : 1;  /* no pod at either */
+    if (!PyList_CheckExact(uids))
+        return 2;
+    if (PyList_GET_SIZE(uids) == 1) {  /* the one pod covers both or neither */
+        PyObject *p = PyDict_GetItemWithError(book->pods, PyList_GET_ITEM(uids, 0));
+        if (p == NULL)
+            return PyErr_Occurred() ? -1 : 2;
+        if ((r = attr_ll(p, a_start, 0, &start, NULL)) != 1 || (r = attr_ll(p, a_end, 1, &end, &none)) != 1)
+            return r < 0 ? -1 : 2;
+        return (start <= a && (none || a < end)) == (start <= b && (none || b < end));
+    }
+    if ((r = book_pod_at(book, namespace, name, a, &at_a)) != 1 ||
+        (r = book_pod_at(book, namespace, name, b, &at_b)) != 1) {
+        Py_XDECREF(at_a);
+        return r < 0 ? -1 : 2;
+    }
+    if (at_a == at_b)  /* the same pod, or none at both */
+        r = 1;
+    else if (at_a == NULL || at_b == NULL)
+        r = 0;
+    else  /* two lives, equal where every field is (as the reference's ==) */
+        r = PyObject_RichCompareBool(at_a, at_b, Py_EQ);
+    Py_XDECREF(at_a);
+    Py_XDECREF(at_b);
+    return r;
+}
+
 /* The namespace's versions: 1 (*versions borrowed, NULL for none), 0 not a list, -1 error. */
 static int versions_of(Book *book, PyObject *namespace, PyObject **versions) {
     *versions = PyDict_GetItemWithError(book->namespaces, namespace);

@@ -13,21 +13,26 @@
  * ``_gpu_facts`` in its turn, and the devices held outside the inventory to ``_outside_of``,
  * so the facts keep the reference's order and every error stays the reference's.
  *
- * segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of): once.
+ * same_pods(book, holders, a_ms, b_ms) -> bool: ``python_same_pods``, whether every holder names
+ * the same pod at both instants, asked of each snapshot of a node that holds what the one
+ * before held; where a holder or the book is not of the types the path makes, the reference's.
+ *
+ * segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of, python_same_pods): once.
  * segment_counts() -> (GPUs taken here, GPUs handed to ``_gpu_facts``) since the module loaded. */
 #include "_facts.h"  /* Python.h first, as it must be */
 
-static PyObject *reference, *segment_cls, *gpu_facts, *outside_of;
+static PyObject *reference, *segment_cls, *gpu_facts, *outside_of, *same_reference;
 static PyObject *s_exclusive, *s_allocated, *s_unallocated, *s_empty, *s_ended, *one;
 static PyObject *a_on_node, *a_unavailable, *a_windows, *a_valid_from, *a_valid_to, *a_mode, *a_uuid, *a_class,
     *a_end, *a_namespace;
 static unsigned long long taken, handed;
 
 PyObject *segment_setup(PyObject *self, PyObject *args) {
-    PyObject *f, *cls, *gpu, *outside;
+    PyObject *f, *cls, *gpu, *outside, *same;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OO!OO", &f, &PyType_Type, &cls, &gpu, &outside))
+    if (!PyArg_ParseTuple(args, "OO!OOO", &f, &PyType_Type, &cls, &gpu, &outside, &same))
         return NULL;
+    Py_XSETREF(same_reference, Py_NewRef(same));
     Py_XSETREF(reference, Py_NewRef(f));
     Py_XSETREF(segment_cls, Py_NewRef(cls));
     Py_XSETREF(gpu_facts, Py_NewRef(gpu));
@@ -231,6 +236,45 @@ done:
     Py_XDECREF(seq);
     book_close(&sg.book);
     return result;
+}
+
+PyObject *same_pods(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *holders, *k, *h;
+    Book book = {0};
+    Py_ssize_t at = 0;
+    long long a, b = 0;
+    int overflow, r = 1;
+    (void)self;
+    if (same_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_facts.segment_setup() was not called");
+        return NULL;
+    }
+    if (nargs != 4 || !PyDict_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]))
+        return PyObject_Vectorcall(same_reference, args, nargs, NULL);
+    a = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (!overflow)
+        b = PyLong_AsLongLongAndOverflow(args[3], &overflow);
+    if (PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        return PyObject_Vectorcall(same_reference, args, nargs, NULL);
+    holders = args[1];
+    book_open(&book, args[0]);
+    if (book.by_name == NULL)
+        r = 2;
+    while (r == 1 && PyDict_Next(holders, &at, &k, &h)) {  /* in order, to the first that differs */
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) < 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(h, 0)) ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(h, 1)))
+            r = 2;
+        else
+            r = book_same_pod(&book, PyTuple_GET_ITEM(h, 0), PyTuple_GET_ITEM(h, 1), a, b);
+    }
+    book_close(&book);
+    if (r < 0)
+        return NULL;
+    if (r == 2)
+        return PyObject_Vectorcall(same_reference, args, nargs, NULL);
+    return PyBool_FromLong(r);
 }
 
 #define INTERN(var, text) \

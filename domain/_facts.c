@@ -289,7 +289,9 @@ static PyMethodDef methods[] = {
      "segment_facts(inv, book, cluster_id, node, start, end, holders, pos) -> [(device_id, fact, piece)]: see "
      "domain/capacity.py"},
     {"segment_setup", segment_setup, METH_VARARGS,
-     "segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of)"},
+     "segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of, python_same_pods)"},
+    {"same_pods", (PyCFunction)(void (*)(void))same_pods, METH_FASTCALL,
+     "same_pods(book, holders, a_ms, b_ms) -> bool: see domain/capacity.py"},
     {"segment_counts", segment_counts, METH_NOARGS, "segment_counts() -> (GPUs taken in C, GPUs handed to _gpu_facts)"},
     {NULL, NULL, 0, NULL},
 };

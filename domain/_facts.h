@@ -27,6 +27,8 @@ int attr_ll(PyObject *o, PyObject *name, int none_ok, long long *out, int *none)
 PyObject *attr_str(PyObject *o, PyObject *name, int *err);
 /* OwnershipBook.pod_at: *life a new reference or NULL (no pod) */
 int book_pod_at(Book *book, PyObject *namespace, PyObject *name, long long t, PyObject **life);
+/* OwnershipBook.same_pod_at: 1 the same pod (or none) at a and b, 0 not, 2 not sure, -1 error */
+int book_same_pod(Book *book, PyObject *namespace, PyObject *name, long long a, long long b);
 /* a namespace version edge inside (a, b) (OwnershipBook.namespace_changes non-empty): 1 yes, 0 no,
  * 2 not sure, -1 error */
 int book_namespace_changes(Book *book, PyObject *namespace, long long a, long long b);
@@ -38,6 +40,7 @@ int capacity_owner_init(void);  /* 0, or -1 with an error set */
 PyObject *segment_setup(PyObject *self, PyObject *args);
 PyObject *segment_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *segment_counts(PyObject *self, PyObject *unused);
+PyObject *same_pods(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int capacity_segment_init(void);  /* 0, or -1 with an error set */
 
 #endif

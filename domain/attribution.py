@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, run_facts, segment_facts
+from gpuledger.domain.capacity import CAPACITY_WINDOW_MS, merge_runs, run_facts, same_pods, segment_facts
 from gpuledger.domain.dcgm import parse_exposition, row_of, sample_of
 from gpuledger.domain.demand import closed_demand
 from gpuledger.domain.facts import CapacityFact, FactBatch, SourcePos, UtilizationFact
@@ -270,8 +270,7 @@ class Attributor(SampleAttribution):
     def _same_pods(self, holders: dict, a_ms: int, b_ms: int) -> bool:
         """Every holder names the same pod at ``a_ms`` and at ``b_ms`` (a node segment's facts
         look its holders' pods up at the segment's start)."""
-        same = self.book.same_pod_at
-        return all(same(h[0], h[1], a_ms, b_ms) for h in holders.values())
+        return same_pods(self.book, holders, a_ms, b_ms)
 
     def _finalize_vgpu(self, host: str, st: NodeState, closing: bool) -> None:
         # a vGPU snapshot names its owners itself: no watch to wait for

@@ -27,7 +27,8 @@ from gpuledger.domain.inventory import GpuEntry, Inventory, Unavailability
 from gpuledger.domain.k8s import OwnershipBook, PodLife
 from gpuledger.domain.units import Unit, units_of
 
-__all__ = ["CAPACITY_WINDOW_MS", "Holders", "Piece", "Segment", "make_fact", "merge_runs", "run_facts", "segment_facts"]
+__all__ = ["CAPACITY_WINDOW_MS", "Holders", "Piece", "Segment", "make_fact", "merge_runs", "run_facts", "same_pods",
+           "segment_facts"]
 
 CAPACITY_WINDOW_MS = 60_000  # segments starting in one such aligned window may merge into one fact
 
@@ -199,6 +200,14 @@ def python_make_fact(seg: Segment, gpu_uuid: str, device_id: str, gpu_class: str
     return device_id, fact, piece
 
 
+def python_same_pods(book: OwnershipBook, holders: Holders, a_ms: int, b_ms: int) -> bool:
+    """Does every holder name the same pod at ``a_ms`` and at ``b_ms``? (A node segment's facts
+    look its holders' pods up at the segment's start.) ``same_pods`` is this in C where the C
+    module is built (domain/_capacity_segment.c)."""
+    same = book.same_pod_at
+    return all(same(h[0], h[1], a_ms, b_ms) for h in holders.values())
+
+
 def _capacity_id(cluster_id: str, device_id: str, a: int, b: int, kind: str, who: dict) -> str:
     return fact_id("capacity", cluster_id, device_id, a, b, kind, who["pod_uid"], who["namespace_uid"],
                    *([who["tenant_id"]] if who["workload_kind"] == "vm" else []))
@@ -207,11 +216,11 @@ def _capacity_id(cluster_id: str, device_id: str, a: int, b: int, kind: str, who
 try:  # built at install (pyproject.toml); a source tree without the build makes them in Python
     from gpuledger.domain import _facts
 except ImportError:  # pragma: no cover — tests/unit/domain/test_capacity_*_c.py require it
-    make_fact, segment_facts = python_make_fact, python_segment_facts
+    make_fact, segment_facts, same_pods = python_make_fact, python_segment_facts, python_same_pods
 else:
     _facts.capacity_setup(python_make_fact, CapacityFact, Piece, _NO_OWNER)
-    _facts.segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of)
-    make_fact, segment_facts = _facts.capacity_fact, _facts.segment_facts
+    _facts.segment_setup(python_segment_facts, Segment, _gpu_facts, _outside_of, python_same_pods)
+    make_fact, segment_facts, same_pods = _facts.capacity_fact, _facts.segment_facts, _facts.same_pods
 
 
 _BOUNDS = frozenset(("fact_id", "valid_from_ms", "valid_to_ms", "src_topic", "src_partition", "src_offset"))

@@ -191,3 +191,44 @@ def test_arguments_the_path_never_makes_are_the_references(spoil: str) -> None:
     elif spoil == "pods_by_name holding a tuple":
         args[1].pods_by_name["team-a/pod-1"] = tuple(args[1].pods_by_name.get("team-a/pod-1", ()))
     assert _outcome(_facts.segment_facts, args) == _outcome(python_segment_facts, args)
+
+
+def _same_outcome(build, args) -> tuple:
+    try:
+        return ("answered", build(*args))
+    except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
+        return ("raises", type(exc).__name__, str(exc))
+
+
+def test_same_pods_agrees_on_generated_books() -> None:
+    """Whether every holder names the same pod at a segment's start and at the next one's, as
+    ``python_same_pods`` answers (pods replaced under one name, ended, starting between the two
+    instants, names no pod bore, lives alike but for their UIDs, malformed holders)."""
+    rng = random.Random(31)
+    answers: Counter = Counter()
+    for _ in range(4000):
+        book = _book(rng)
+        if rng.random() < 0.1:  # a name borne by two lives alike but for their UIDs
+            life = next(iter(book.pods.values()))
+            twin = PodLife(**vars(life))
+            twin.uid = life.uid + "-twin"
+            book.pods[twin.uid] = twin
+            book.pods_by_name[f"{life.namespace}/{life.name}"].append(twin.uid)
+        lives = list(book.pods.values())
+        holders = {f"GPU-{k}": (life.namespace, life.name, "main", "nvidia.com/gpu") if rng.random() < 0.6
+                   else _holder(rng) for k, life in enumerate(rng.sample(lives, rng.randrange(0, 5)))}
+        a, b = sorted((_instant(rng), _instant(rng)))
+        args = (book, holders, a, b)
+        c, py = _same_outcome(_facts.same_pods, args), _same_outcome(capacity.python_same_pods, args)
+        assert c == py, args
+        answers[c[:2]] += 1
+    assert answers["answered", True] > 500 and answers["answered", False] > 500, answers
+    assert capacity.same_pods is _facts.same_pods
+
+
+def test_same_pods_of_arguments_the_path_never_makes_are_the_references() -> None:
+    book = _book(random.Random(8))
+    for args in [(book, type("Holders", (dict,), {})(), START, END), (book, {}, True, END), (book, {}, START),
+                 (book, {"GPU-1": ("team-a", "pod-1")}, 2**70, END), (object(), {"GPU-1": ("a", "b")}, START, END),
+                 (book, {"GPU-1": "team-a/pod-1"}, START, END), (book, {"GPU-1": ("team-a",)}, START, END)]:
+        assert _same_outcome(_facts.same_pods, args) == _same_outcome(capacity.python_same_pods, args), args
