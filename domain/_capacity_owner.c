@@ -47,13 +47,31 @@ PyObject *attr_str(PyObject *o, PyObject *name, int *err) {
     return v;
 }
 
+/* One of the lives or versions of a name, [from, to) read from its attributes: where it covers t
+ * and starts after *best (the first of equals stays), it becomes *best (new reference). 1 read,
+ * 0 not sure, -1 error; *best cleared on both. */
+static int latest_covering(PyObject *item, PyObject *from_name, PyObject *to_name, long long t, PyObject **best,
+                           long long *best_from) {
+    long long from, to;
+    int r, none;
+    if ((r = attr_ll(item, from_name, 0, &from, NULL)) != 1 || (r = attr_ll(item, to_name, 1, &to, &none)) != 1) {
+        Py_CLEAR(*best);
+        return r;
+    }
+    if (from <= t && (none || t < to) && (*best == NULL || from > *best_from)) {
+        Py_XSETREF(*best, Py_NewRef(item));
+        *best_from = from;
+    }
+    return 1;
+}
+
 /* What ``OwnershipBook.pod_at(namespace, name, t)`` answers (the latest start covering t wins):
  * 1 answered (*life a new reference, or NULL for no pod), 0 not sure, -1 error. */
 int book_pod_at(Book *book, PyObject *namespace, PyObject *name, long long t, PyObject **life) {
     PyObject *key = PyUnicode_FromFormat("%U/%U", namespace, name), *uids;
-    long long best_start = 0, start, end;
+    long long best_start = 0;
     Py_ssize_t i;
-    int r, none;
+    int r;
     *life = NULL;
     if (key == NULL)
         return -1;
@@ -69,14 +87,8 @@ int book_pod_at(Book *book, PyObject *namespace, PyObject *name, long long t, Py
             Py_CLEAR(*life);
             return PyErr_Occurred() ? -1 : 0;
         }
-        if ((r = attr_ll(p, a_start, 0, &start, NULL)) != 1 || (r = attr_ll(p, a_end, 1, &end, &none)) != 1) {
-            Py_CLEAR(*life);
+        if ((r = latest_covering(p, a_start, a_end, t, life, &best_start)) != 1)
             return r;
-        }
-        if (start <= t && (none || t < end) && (*life == NULL || start > best_start)) {
-            Py_XSETREF(*life, Py_NewRef(p));
-            best_start = start;
-        }
     }
     return 1;
 }
@@ -150,23 +162,15 @@ int book_namespace_changes(Book *book, PyObject *namespace, long long a, long lo
  * 0 not sure, -1 error. */
 static int namespace_at(Book *book, PyObject *namespace, long long t, PyObject **version) {
     PyObject *versions;
-    long long best_from = 0, from, to;
+    long long best_from = 0;
     Py_ssize_t i;
-    int r, none;
+    int r;
     *version = NULL;
     if ((r = versions_of(book, namespace, &versions)) != 1)
         return r;
-    for (i = 0; versions != NULL && i < PyList_GET_SIZE(versions); i++) {
-        PyObject *v = PyList_GET_ITEM(versions, i);
-        if ((r = attr_ll(v, a_from, 0, &from, NULL)) != 1 || (r = attr_ll(v, a_to, 1, &to, &none)) != 1) {
-            Py_CLEAR(*version);
+    for (i = 0; versions != NULL && i < PyList_GET_SIZE(versions); i++)
+        if ((r = latest_covering(PyList_GET_ITEM(versions, i), a_from, a_to, t, version, &best_from)) != 1)
             return r;
-        }
-        if (from <= t && (none || t < to) && (*version == NULL || from > best_from)) {
-            Py_XSETREF(*version, Py_NewRef(v));
-            best_from = from;
-        }
-    }
     return 1;
 }
 

@@ -154,6 +154,17 @@ done:
     return r;
 }
 
+/* Two exact ints as long longs: 1 read, 0 not two exact ints of 64 bits (the reference's), -1 error. */
+static int two_ll(PyObject *x, PyObject *y, long long *a, long long *b) {
+    int overflow;
+    if (!PyLong_CheckExact(x) || !PyLong_CheckExact(y))
+        return 0;
+    *a = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (!overflow)
+        *b = PyLong_AsLongLongAndOverflow(y, &overflow);
+    return PyErr_Occurred() ? -1 : !overflow;
+}
+
 /* sg->out += facts (any iterable, as list += takes it); 0 done, -1 error */
 static int extend(Segment *sg, PyObject *facts) {
     PyObject *r;
@@ -171,21 +182,16 @@ PyObject *segment_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *inv, *book, *gpus = NULL, *seq = NULL, *result = NULL, *unavailable, *k, *v;
     Segment sg = {0};
     Py_ssize_t i, at = 0;
-    int overflow, r, outside = 0;
+    int r, outside = 0;
     (void)self;
     if (reference == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_facts.segment_setup() was not called");
         return NULL;
     }
-    if (nargs != 8 || !PyLong_CheckExact(args[4]) || !PyLong_CheckExact(args[5]) || !PyDict_CheckExact(args[6]))
+    if (nargs != 8 || !PyDict_CheckExact(args[6]) || (r = two_ll(args[4], args[5], &sg.start, &sg.end)) == 0)
         return PyObject_Vectorcall(reference, args, nargs, NULL);
-    sg.start = PyLong_AsLongLongAndOverflow(args[4], &overflow);
-    if (!overflow)
-        sg.end = PyLong_AsLongLongAndOverflow(args[5], &overflow);
-    if (PyErr_Occurred())
+    if (r < 0)
         return NULL;
-    if (overflow)
-        return PyObject_Vectorcall(reference, args, nargs, NULL);
     inv = args[0], book = args[1], sg.start_o = args[4], sg.end_o = args[5], sg.holders = args[6];
     {
         PyObject *seg_args[5] = {args[2], args[3], args[4], args[5], args[7]};
@@ -242,22 +248,18 @@ PyObject *same_pods(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *holders, *k, *h;
     Book book = {0};
     Py_ssize_t at = 0;
-    long long a, b = 0;
-    int overflow, r = 1;
+    long long a = 0, b = 0;
+    int r;
     (void)self;
     if (same_reference == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_facts.segment_setup() was not called");
         return NULL;
     }
-    if (nargs != 4 || !PyDict_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]))
+    if (nargs != 4 || !PyDict_CheckExact(args[1]) || (r = two_ll(args[2], args[3], &a, &b)) == 0)
         return PyObject_Vectorcall(same_reference, args, nargs, NULL);
-    a = PyLong_AsLongLongAndOverflow(args[2], &overflow);
-    if (!overflow)
-        b = PyLong_AsLongLongAndOverflow(args[3], &overflow);
-    if (PyErr_Occurred())
+    if (r < 0)
         return NULL;
-    if (overflow)
-        return PyObject_Vectorcall(same_reference, args, nargs, NULL);
+    r = 1;
     holders = args[1];
     book_open(&book, args[0]);
     if (book.by_name == NULL)
