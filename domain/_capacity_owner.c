@@ -4,45 +4,49 @@
  * Times epoch ms. */
 #include "_facts.h"  /* Python.h first, as it must be */
 
+#include "_fields.h"
+
+/* a_endpoint, a_tenant, a_project, a_cost: the attribute read and the owner's key it goes under */
 static PyObject *s_unattributed, *s_high, *s_empty, *a_pods_by_name, *a_pods, *a_namespaces, *a_start, *a_end,
     *a_uid, *a_endpoint, *a_from, *a_to, *a_tenant, *a_project, *a_cost;
-static PyObject *k_namespace, *k_pod_name, *k_container, *k_pod_uid, *k_endpoint, *k_namespace_uid, *k_tenant,
-    *k_project, *k_cost;
+static PyObject *k_namespace, *k_pod_name, *k_container, *k_pod_uid, *k_namespace_uid;
 
-/* An attribute read as a long long: 1 read (*none set where it is None and none is allowed),
- * 0 anything else (the attribute missing or of another type: the reference answers), -1 error. */
-int attr_ll(PyObject *o, PyObject *name, int none_ok, long long *out, int *none) {
-    int overflow, r = 0;
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return -1;
-        PyErr_Clear();
-        return 0;
-    }
+/* An int or None as a long long: 1 read (*none set, where asked, to whether it is None; None read
+ * only where none_ok), 0 anything else (the reference answers), -1 error. */
+int ll_or_none(PyObject *v, int none_ok, long long *out, int *none) {
     if (none != NULL)
         *none = v == Py_None;
-    if (v == Py_None) {
-        r = none_ok;
-    } else if (PyLong_CheckExact(v)) {
-        *out = PyLong_AsLongLongAndOverflow(v, &overflow);
-        r = *out == -1 && PyErr_Occurred() ? -1 : !overflow;
-    }
-    Py_DECREF(v);
-    return r;
+    return v == Py_None ? none_ok : as_ll(v, out);
 }
 
-/* An attribute that is an exact str: a new reference, or NULL (*err set on an error). */
-PyObject *attr_str(PyObject *o, PyObject *name, int *err) {
+/* o.name, a new reference; NULL where it cannot be read: *err set on an error, not where the
+ * attribute is missing (the AttributeError cleared: the reference answers). */
+PyObject *attr_of(PyObject *o, PyObject *name, int *err) {
     PyObject *v = PyObject_GetAttr(o, name);
     if (v == NULL) {
         if (PyErr_ExceptionMatches(PyExc_AttributeError))
             PyErr_Clear();
         else
             *err = 1;
-        return NULL;
     }
-    if (!PyUnicode_CheckExact(v))
+    return v;
+}
+
+/* An attribute read as ``ll_or_none`` reads it; an attribute missing is 0 too. */
+int attr_ll(PyObject *o, PyObject *name, int none_ok, long long *out, int *none) {
+    int r, err = 0;
+    PyObject *v = attr_of(o, name, &err);
+    if (v == NULL)
+        return err ? -1 : 0;
+    r = ll_or_none(v, none_ok, out, none);
+    Py_DECREF(v);
+    return r;
+}
+
+/* An attribute that is an exact str: a new reference, or NULL (*err set on an error). */
+PyObject *attr_str(PyObject *o, PyObject *name, int *err) {
+    PyObject *v = attr_of(o, name, err);
+    if (v != NULL && !PyUnicode_CheckExact(v))
         Py_CLEAR(v);
     return v;
 }
@@ -188,7 +192,7 @@ static int put_attr(PyObject *owner, PyObject *key, PyObject *o, PyObject *name)
 /* The owner and its confidence and reason (``_owner`` for a unit of confidence "high"): 1 set
  * (new references), 0 not sure, -1 error. */
 int book_owner(Book *book, PyObject *holder, PyObject *pod, PyObject *pod_ns, long long t, PyObject **owner,
-                    PyObject **confidence, PyObject **reason) {
+               PyObject **confidence, PyObject **reason) {
     PyObject *h0 = PyTuple_GET_ITEM(holder, 0), *h1 = PyTuple_GET_ITEM(holder, 1), *ns = NULL, *tenant = NULL;
     int r = -1, err = 0;
     *owner = *confidence = *reason = NULL;
@@ -202,7 +206,7 @@ int book_owner(Book *book, PyObject *holder, PyObject *pod, PyObject *pod_ns, lo
         r = *reason == NULL ? -1 : 1;
         goto done;
     }
-    if (put_attr(*owner, k_pod_uid, pod, a_uid) < 0 || put_attr(*owner, k_endpoint, pod, a_endpoint) < 0)
+    if (put_attr(*owner, k_pod_uid, pod, a_uid) < 0 || put_attr(*owner, a_endpoint, pod, a_endpoint) < 0)
         goto done;
     if ((r = namespace_at(book, pod_ns, t, &ns)) != 1)
         goto done;
@@ -225,8 +229,8 @@ int book_owner(Book *book, PyObject *holder, PyObject *pod, PyObject *pod_ns, lo
         r = *reason == NULL ? -1 : 1;
         goto done;
     }
-    if (PyDict_SetItem(*owner, k_tenant, tenant) < 0 || put_attr(*owner, k_project, ns, a_project) < 0 ||
-        put_attr(*owner, k_cost, ns, a_cost) < 0)
+    if (PyDict_SetItem(*owner, a_tenant, tenant) < 0 || put_attr(*owner, a_project, ns, a_project) < 0 ||
+        put_attr(*owner, a_cost, ns, a_cost) < 0)
         goto done;
     *confidence = Py_NewRef(s_high);
     *reason = Py_NewRef(s_empty);
@@ -252,7 +256,6 @@ static PyObject *book_dict(PyObject *book, PyObject *name) {
     }
     return d;
 }
-
 
 void book_open(Book *book, PyObject *obj) {
     book->by_name = book_dict(obj, a_pods_by_name);
@@ -292,10 +295,6 @@ int capacity_owner_init(void) {
     INTERN(k_pod_name, "pod_name")
     INTERN(k_container, "container")
     INTERN(k_pod_uid, "pod_uid")
-    INTERN(k_endpoint, "endpoint_id")
     INTERN(k_namespace_uid, "namespace_uid")
-    INTERN(k_tenant, "tenant_id")
-    INTERN(k_project, "project_id")
-    INTERN(k_cost, "cost_center")
     return 0;
 }

@@ -21,6 +21,8 @@
  * segment_counts() -> (GPUs taken here, GPUs handed to ``_gpu_facts``) since the module loaded. */
 #include "_facts.h"  /* Python.h first, as it must be */
 
+#include "_fields.h"
+
 static PyObject *reference, *segment_cls, *gpu_facts, *outside_of, *same_reference;
 static PyObject *s_exclusive, *s_allocated, *s_unallocated, *s_empty, *s_ended, *one;
 static PyObject *a_on_node, *a_unavailable, *a_windows, *a_valid_from, *a_valid_to, *a_mode, *a_uuid, *a_class,
@@ -64,15 +66,17 @@ static int exclusive_gpu(Segment *sg, PyObject *inv, PyObject *gpu) {
         r = err || PyErr_Occurred() ? -1 : 0;
         goto done;
     }
-    if ((r = attr_ll(gpu, a_valid_from, 0, &vf, NULL)) != 1 || (r = attr_ll(gpu, a_valid_to, 1, &vt, &vt_none)) != 1)
+    if ((vf_o = attr_of(gpu, a_valid_from, &err)) == NULL || (vt_o = attr_of(gpu, a_valid_to, &err)) == NULL) {
+        r = err ? -1 : 0;
+        goto done;
+    }
+    if ((r = ll_or_none(vf_o, 0, &vf, NULL)) != 1 || (r = ll_or_none(vt_o, 1, &vt, &vt_none)) != 1)
         goto done;
     if (vf >= sg->end || (!vt_none && vt <= sg->start)) {
         r = 1;  /* not valid in the segment: no facts, no device known */
         goto done;
     }
     r = -1;
-    if ((vf_o = PyObject_GetAttr(gpu, a_valid_from)) == NULL || (vt_o = PyObject_GetAttr(gpu, a_valid_to)) == NULL)
-        goto done;
     a0 = sg->start >= vf ? sg->start_o : vf_o;  /* max(start, valid_from): the first of equals, as max's */
     b0 = vt_none || sg->end <= vt ? sg->end_o : vt_o;  /* min(end, valid_to or end) */
     a = sg->start >= vf ? sg->start : vf;
@@ -156,13 +160,8 @@ done:
 
 /* Two exact ints as long longs: 1 read, 0 not two exact ints of 64 bits (the reference's), -1 error. */
 static int two_ll(PyObject *x, PyObject *y, long long *a, long long *b) {
-    int overflow;
-    if (!PyLong_CheckExact(x) || !PyLong_CheckExact(y))
-        return 0;
-    *a = PyLong_AsLongLongAndOverflow(x, &overflow);
-    if (!overflow)
-        *b = PyLong_AsLongLongAndOverflow(y, &overflow);
-    return PyErr_Occurred() ? -1 : !overflow;
+    int r = as_ll(x, a);
+    return r == 1 ? as_ll(y, b) : r;
 }
 
 /* sg->out += facts (any iterable, as list += takes it); 0 done, -1 error */

@@ -21,7 +21,11 @@ typedef struct {
 } Book;
 void book_open(Book *book, PyObject *obj);
 void book_close(Book *book);
-/* o.name as a long long (*none: it was None, where none_ok) */
+/* o.name (new reference), or NULL: *err set on an error, not where it is missing */
+PyObject *attr_of(PyObject *o, PyObject *name, int *err);
+/* an int (or None, where none_ok; *none: it was None) as a long long: 1, 0 another value, -1 error */
+int ll_or_none(PyObject *v, int none_ok, long long *out, int *none);
+/* o.name as ll_or_none reads it (0 also where it is missing) */
 int attr_ll(PyObject *o, PyObject *name, int none_ok, long long *out, int *none);
 /* o.name where it is an exact str (new reference), else NULL with *err set on an error */
 PyObject *attr_str(PyObject *o, PyObject *name, int *err);

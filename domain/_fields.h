@@ -3,8 +3,8 @@
  * names read (a dataclass without slots), without the class's lookup of each name on each read.
  * The class is checked once per class and version of it (a class changed later, or a base of it,
  * has a new version and is checked again); any other object, and a name its __dict__ lacks, is
- * read with PyObject_GetAttr. Included by the C modules under domain/ that read samples, pieces
- * and source positions (domain/_samples.c, domain/_facts.c). */
+ * read with PyObject_GetAttr. And an exact int field as a long long (``as_ll``). Included by the C
+ * modules under domain/ that read samples, pieces, source positions and the ownership book. */
 #ifndef GPULEDGER_FIELDS_H
 #define GPULEDGER_FIELDS_H
 #include <Python.h>
@@ -20,28 +20,27 @@ typedef struct {
 #define FIELDS(...) {(PyObject **const[]){__VA_ARGS__}, sizeof((PyObject **[]){__VA_ARGS__}) / sizeof(PyObject **), \
                      NULL, 0, 0}
 
+/* Does the class have a version now (tp_version_tag names it)? */
+static inline int version_valid(PyTypeObject *tp) {
+#if PY_VERSION_HEX >= 0x030C0000
+    return tp->tp_version_tag != 0;
+#else
+    return (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) != 0;
+#endif
+}
+
 static inline int fields_plain(Fields *f, PyTypeObject *tp) {
     int i, plain;
-#if PY_VERSION_HEX >= 0x030C0000
-    int valid = tp->tp_version_tag != 0;
-#else
-    int valid = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) != 0;
-#endif
-    if (tp == f->tp && valid && tp->tp_version_tag == f->tag)
+    if (tp == f->tp && version_valid(tp) && tp->tp_version_tag == f->tag)
         return f->plain;
     plain = tp->tp_getattro == PyObject_GenericGetAttr;
     for (i = 0; plain && i < f->n; i++) {
         PyObject *d = _PyType_Lookup(tp, *f->names[i]);  /* (which gives the class a version) */
         plain = d == NULL || Py_TYPE(d)->tp_descr_set == NULL;
     }
-#if PY_VERSION_HEX >= 0x030C0000
-    valid = tp->tp_version_tag != 0;
-#else
-    valid = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) != 0;
-#endif
     f->tp = tp;
     f->tag = tp->tp_version_tag;
-    f->plain = plain && valid;
+    f->plain = plain && version_valid(tp);
     return f->plain;
 }
 
@@ -58,6 +57,17 @@ static inline PyObject *field_of(Fields *f, PyObject *o, PyObject *name) {
         }
     }
     return PyObject_GetAttr(o, name);
+}
+
+/* An int as a long long: 1 read, 0 not an exact int (or out of range), -1 error. */
+static inline int as_ll(PyObject *v, long long *out) {
+    int overflow;
+    if (!PyLong_CheckExact(v))
+        return 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    return !overflow;
 }
 
 #endif

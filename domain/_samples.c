@@ -36,17 +36,6 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* An int as a long long: 1 read, 0 not an exact int (or out of range), -1 error. */
-static int as_ll(PyObject *v, long long *out) {
-    int overflow;
-    if (!PyLong_CheckExact(v))
-        return 0;
-    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (*out == -1 && PyErr_Occurred())
-        return -1;
-    return !overflow;
-}
-
 /* An int attribute as a long long, as ``as_ll`` answers; -1 also where it cannot be read. */
 static int attr_ll(Fields *f, PyObject *o, PyObject *name, long long *out) {
     int r;

@@ -174,7 +174,8 @@ def test_each_decision_of_an_exclusive_gpu_is_made_in_c() -> None:
 
 
 @pytest.mark.parametrize("spoil", ["holders a dict subclass", "start a bool", "too few arguments", "book without pods",
-                                   "a gpu entry without a mode", "pods_by_name holding a tuple"])
+                                   "a gpu entry without a mode", "pods_by_name holding a tuple",
+                                   "a gpu entry valid from None", "a pod started at None"])
 def test_arguments_the_path_never_makes_are_the_references(spoil: str) -> None:
     args = list(_args(random.Random(5)))
     args[6] = {"GPU-0000": ("team-a", "pod-1", "c", "r")}
@@ -190,7 +191,16 @@ def test_arguments_the_path_never_makes_are_the_references(spoil: str) -> None:
         args[0] = Inventory([type("Entry", (), {"gpu_uuid": "GPU-0000", "valid_from_ms": T0, "valid_to_ms": None})()])
     elif spoil == "pods_by_name holding a tuple":
         args[1].pods_by_name["team-a/pod-1"] = tuple(args[1].pods_by_name.get("team-a/pod-1", ()))
-    assert _outcome(_facts.segment_facts, args) == _outcome(python_segment_facts, args)
+    elif spoil == "a gpu entry valid from None":  # a bound only the end may leave open: both raise
+        args[0] = Inventory([GpuEntry("GPU-0000", "node-1", "H100", "H100-80GB", "exclusive", None, None)])
+    elif spoil == "a pod started at None":
+        args[0] = Inventory([GpuEntry("GPU-0000", "node-1", "H100", "H100-80GB", "exclusive", T0, None)])
+        args[1] = OwnershipBook(pods={"u1": PodLife("u1", "team-a", "pod-1", "node-1", None)},
+                                pods_by_name={"team-a/pod-1": ["u1"]})
+    outcome = _outcome(_facts.segment_facts, args)
+    assert outcome == _outcome(python_segment_facts, args)
+    if "None" in spoil:
+        assert outcome[:2] == ("raises", "TypeError"), outcome
 
 
 def _same_outcome(build, args) -> tuple:
