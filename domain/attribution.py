@@ -93,6 +93,7 @@ class Attributor(SampleAttribution):
         self._model_out: list = []
         self.model_series: dict[str, list] = {}  # model server series -> [last scrape ms, its counters]
         self.demand_done: set[str] = set()  # pods whose MIG wait is already a fact
+        self._demand_asked: tuple | None = None  # (book version, watch watermark) closed_demand last ran with
 
     @property
     def book(self) -> OwnershipBook:
@@ -217,8 +218,11 @@ class Attributor(SampleAttribution):
             self._attribute_samples(node, st)
         self.advance_vgpu(vgpu_watermark_ms, closing)
         self._attribute_guest_samples()
-        if self.emit_demand:
-            self._demand_out += closed_demand(self.book, self.cluster_id, self.k8s_watermark_ms, self.demand_done)
+        if self.emit_demand:  # asked again only of another book or watermark: the same ones answer nothing new
+            asked = (self.book.version, self.k8s_watermark_ms)
+            if asked != self._demand_asked:
+                self._demand_out += closed_demand(self.book, self.cluster_id, self.k8s_watermark_ms, self.demand_done)
+                self._demand_asked = asked
 
     def advance_vgpu(self, vgpu_watermark_ms: int, closing: bool = False) -> None:
         """Close and emit what this attributor's vGPU hosts' snapshots made final."""
@@ -263,7 +267,7 @@ class Attributor(SampleAttribution):
         return lambda a, b, h, pos: vgpu_segment_facts(inv, cluster, host, a, b, h, pos)
 
     def _finalize_segments(self, node: str, st: NodeState, closing: bool) -> None:
-        if self.inventory is None:
+        if self.inventory is None or _first_window_open(st, closing):  # (most passes: no closure made for it)
             return
         self._finalize(st, self.k8s_watermark_ms, self._node_facts(node), closing, self._same_pods)
 
@@ -287,9 +291,9 @@ class Attributor(SampleAttribution):
         would make of them, built once instead of once per snapshot)."""
         pending = st.pending_segments
         while pending:
-            edge = (pending[0][0] // CAPACITY_WINDOW_MS + 1) * CAPACITY_WINDOW_MS
-            if st.open and st.last_ms < edge and not closing:  # a segment starting in it may still be queued
+            if _first_window_open(st, closing):
                 return
+            edge = (pending[0][0] // CAPACITY_WINDOW_MS + 1) * CAPACITY_WINDOW_MS
             n = next((i for i, e in enumerate(pending) if e[0] >= edge), len(pending))
             if until_ms is not None and pending[n - 1][1] > until_ms:
                 if not closing:
@@ -333,6 +337,8 @@ class Attributor(SampleAttribution):
             self.counters.capacity_facts += 1
             pieces = st.pieces.setdefault(device, [])
             pieces.append(piece)
+            if piece.end_ms < st.pieces_floor_ms:
+                st.pieces_floor_ms = piece.end_ms
             if len(pieces) > 1 and pieces[-2].start_ms > piece.start_ms:  # a filled gap lands in the past
                 pieces.sort(key=lambda p: p.start_ms)
 
@@ -396,3 +402,13 @@ class Attributor(SampleAttribution):
         att.nodes = {n: node_from(s) for n, s in state["nodes"].items()}
         att.vgpu_hosts = {h: node_from(s) for h, s in state.get("vgpu_hosts", {}).items()}
         return att
+
+
+def _first_window_open(st: NodeState, closing: bool) -> bool:
+    """Nothing queued, or a segment starting in the first queued one's capacity window may still
+    be queued (a bounded run's ``closing`` takes the windows as they stand)."""
+    pending = st.pending_segments
+    if not pending:
+        return True
+    edge = (pending[0][0] // CAPACITY_WINDOW_MS + 1) * CAPACITY_WINDOW_MS
+    return st.open and st.last_ms < edge and not closing

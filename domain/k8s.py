@@ -21,6 +21,7 @@ started) are remembered by UID instead once forgotten (``pod_tombstones`` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import count
 
 from gpuledger.domain import pod_spec
 from gpuledger.domain.timeutil import parse_rfc3339_ms
@@ -34,6 +35,7 @@ LABEL_COST_CENTER = "gpuledger.io/cost-center"
 LABEL_ENDPOINT = "gpuledger.io/endpoint"
 OPEN = None
 _TERMINAL_PHASES = {"Succeeded", "Failed"}
+_VERSIONS = count(1)  # book versions, unique across books: a new book never repeats an old one's
 
 
 class WatchError(ValueError):
@@ -87,6 +89,9 @@ class OwnershipBook:
     pruned_before_ms: int | None = None  # the latest prune point: what ended before it is forgotten
     pod_tombstones: set[str] = field(default_factory=set)  # forgotten pods created before origin_ms
     namespace_tombstones: set[str] = field(default_factory=set)  # likewise, namespace UIDs
+    # changes with every Pod or Namespace event folded and every prune (not with a bookmark):
+    # a reader that asked the book something may ask again only when it changed
+    version: int = field(default_factory=lambda: next(_VERSIONS), compare=False, repr=False)
 
     # -- the fold ------------------------------------------------------------
     def apply(self, event_type: str, obj: dict, observed_at_ms: int) -> str:
@@ -98,6 +103,7 @@ class OwnershipBook:
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             raise WatchError(f"unknown watch event type {event_type!r}")
         _check_shape(obj)  # before any state changes: a bad shape raises here, never half-way or later
+        self.version = next(_VERSIONS)
         kind = obj.get("kind")
         meta = obj.get("metadata") or {}
         uid, name = meta.get("uid"), meta.get("name")
@@ -227,6 +233,7 @@ class OwnershipBook:
         the horizon (the module doc says which are ignored). Lookups before ``before_ms`` may
         answer differently: pass a point no fact still to be made looks up before."""
         self.pruned_before_ms = before_ms if self.pruned_before_ms is None else max(self.pruned_before_ms, before_ms)
+        self.version = next(_VERSIONS)
         origin = self.origin_ms
         dropped = 0
         for uid in [u for u, p in self.pods.items() if p.end_ms is not None and p.end_ms < before_ms]:

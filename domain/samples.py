@@ -72,23 +72,37 @@ class SampleAttribution:
 
     # -- utilization ---------------------------------------------------------------
     def _attribute_samples(self, node: str, st: NodeState) -> None:
+        """Attribute the node's scrapes whose segments are final (or that waited past the grace);
+        the rest wait. Scrapes queue in time order, and a scrape that is neither ready nor inside
+        the grace has no later one ready either (a later end is final only if this one's is, a
+        later time is further from the grace), so the walk stops there."""
+        pending = st.pending_scrapes
+        if not pending or (len(pending) == 1 and pending[0][3] is None):
+            self._prune(st)  # (the node's newest scrape waits for its end)
+            return
         keep = []
-        grace = max(self.node_grace_ms, st.snapshot_cadence.stale_after_ms(self.stale_ceiling_ms)
-                    if st.snapshot_cadence.intervals_ms else 0)
-        for scrape in st.pending_scrapes:
+        grace = None
+        first = st.first_snapshot_ms
+        for i, scrape in enumerate(pending):
             t, end = scrape[0], scrape[3]
             if end is None:
                 keep.append(scrape)
                 continue
-            if st.first_snapshot_ms is not None and t < st.first_snapshot_ms and t < st.final_until_ms:
+            if first is not None and t < first and t < st.final_until_ms:
                 reason = f"before the first PodResources snapshot of {node}"
-            elif st.first_snapshot_ms is not None and self._known(st, t, end):
+            elif first is not None and self._known(st, t, end):
                 reason = ""
-            elif t + grace <= self.pr_watermark_ms and (st.last_ms is None or t >= st.last_ms):
-                reason = f"no PodResources snapshot of {node} within {grace // 1000}s grace"
             else:
-                keep.append(scrape)
-                continue
+                if grace is None:
+                    grace = max(self.node_grace_ms, st.snapshot_cadence.stale_after_ms(self.stale_ceiling_ms)
+                                if st.snapshot_cadence.intervals_ms else 0)
+                if t + grace > self.pr_watermark_ms:
+                    keep += pending[i:]
+                    break
+                if st.last_ms is not None and t < st.last_ms:
+                    keep.append(scrape)
+                    continue
+                reason = f"no PodResources snapshot of {node} within {grace // 1000}s grace"
             pos = SourcePos(*scrape[2])
             if reason or self.inventory is None or exclusive_facts is None:
                 for s in scrape[1]:
@@ -137,12 +151,19 @@ class SampleAttribution:
     def _prune(self, st: NodeState) -> None:
         """Forget pieces no sample can still need: a node's scrapes arrive in order, so pieces
         ending a grace period before the oldest scrape still to come are done with."""
-        oldest = min((s[0] for s in st.pending_scrapes), default=st.dcgm_wm_ms)
+        pending = st.pending_scrapes
+        oldest = pending[0][0] if pending else st.dcgm_wm_ms  # (queued in time order)
         horizon = min(oldest, st.dcgm_wm_ms) - self.node_grace_ms
-        for pieces in st.pieces.values():
-            if pieces and pieces[0].end_ms < horizon:  # most passes drop nothing: no call for them
-                drop_before(pieces, horizon)
-        st.gaps = [g for g in st.gaps if g[1] >= horizon]
+        if horizon > st.pieces_floor_ms:  # some first piece may end before it
+            floor = POS_INF
+            for pieces in st.pieces.values():
+                if pieces and pieces[0].end_ms < horizon:  # most passes drop nothing: no call for them
+                    drop_before(pieces, horizon)
+                if pieces and pieces[0].end_ms < floor:
+                    floor = pieces[0].end_ms
+            st.pieces_floor_ms = floor
+        if st.gaps:
+            st.gaps = [g for g in st.gaps if g[1] >= horizon]
         if st.evidence_gaps:  # a snapshot later than the allowed lateness no longer fills a gap
             st.evidence_gaps = [g for g in st.evidence_gaps if g[1] >= self.pr_watermark_ms - self.lateness_ms]
 
@@ -165,6 +186,7 @@ class SampleAttribution:
 
 
 
+POS_INF = 2**62
 _NO_PODS: dict = {}  # a sample without per-pod series (read, never written)
 
 

@@ -46,6 +46,9 @@ class NodeState:
     dcgm_closed_until_ms: int = NEG_INF  # scrapes before this come after the node left the inventory
     snapshot_cadence: Cadence = field(default_factory=Cadence)
     scrape_cadence: Cadence = field(default_factory=Cadence)
+    # no device's first piece ends before this (a bound, not state): pruning the pieces at a
+    # horizon not past it drops nothing, so it need not look (domain/samples.py ``_prune``)
+    pieces_floor_ms: int = field(default=NEG_INF, compare=False, repr=False)
 
     # -- snapshots -------------------------------------------------------------------
     def take_snapshot(self, holders: dict, t_ms: int, pos: tuple, ceiling_ms: int, node_end_ms: int | None) -> None:
