@@ -103,7 +103,7 @@ class Worker:
         self.dirty: set[int] = set()
         self.closing = False
         self.assigned = False  # an assignment from the group (possibly empty) is in force
-        self.stats = {"records": 0, "facts": 0, "commits": 0}
+        self.stats = {"records": 0, "facts": 0, "commits": 0, "passes": 0}
         self.last_commit = self.started = time.monotonic()
         base = {"bootstrap.servers": settings.kafka_bootstrap, **client, "enable.auto.commit": False, "log_level": 3,
                 **SOURCE_FETCH,  # small fetches: what they bring is held decoded (bus/fetch.py)
@@ -336,6 +336,7 @@ class Worker:
                 self.stats["records"] += got
                 if self.assigned:  # unassigned, it holds no unit: facts made now would be another worker's too
                     self._produce_facts()
+                    self.stats["passes"] += 1
                 got += self._pace()  # parked records taken now: their facts go out on the next pass or commit
                 now = time.monotonic()
                 if now - last_extents >= 5.0 and not self.job.until_caught_up and self.job.stop_offsets is None:
@@ -402,7 +403,9 @@ class Worker:
         eta = f", ETA {left / rate:,.0f} s" if rate > 0 and (self.job.until_caught_up or self.job.stop_offsets) else ""
         waiting = self.engine.pending_samples()
         self.metrics.pending_samples.set(waiting)
-        self.progress(f"worker: {self.stats['records']} records ({rate:,.0f}/s), {self.stats['facts']} facts, "
+        per_pass = self.stats["records"] / max(self.stats["passes"], 1)
+        self.progress(f"worker: {self.stats['records']} records ({rate:,.0f}/s, {per_pass:,.0f} a pass), "
+                      f"{self.stats['facts']} facts, "
                       f"{waiting} samples waiting, units {sorted(self.owned)}, "
                       f"{left} records to go{eta}, {len(self.pacer.paused)} partitions paused ahead ({self.pacer.parked_records()} records parked, "
                       f"{self.pacer.parked_bytes / 2**20:.1f} MiB), largest snapshot "
