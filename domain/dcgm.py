@@ -377,7 +377,8 @@ def parse_exposition(text: str) -> DcgmParse:
     samples = None if _c_samples is None else _c_samples(keys, per_gpu, models, pod_values, _per_pod, DeviceSample)
     if samples is None:
         samples = _samples(keys, per_gpu, models, pod_values)
-    return DcgmParse(samples, parsed, skipped, health_out)
+    # (built: a frozen __init__ a scrape is ~1 us)
+    return built(DcgmParse, {"samples": samples, "series_parsed": parsed, "skipped": skipped, "health": health_out})
 
 
 def _device_order(key: tuple[str, int | None]) -> tuple[str, int]:

@@ -22,6 +22,12 @@ class SourcePos:
     offset: int
 
 
+def source_pos(topic: str, partition: int, offset: int) -> SourcePos:
+    """``SourcePos(topic, partition, offset)`` without the frozen ``__init__`` (one a record and
+    one a scrape attributed: ~0.3 us instead of ~1 us)."""
+    return built(SourcePos, {"topic": topic, "partition": partition, "offset": offset})
+
+
 _sha256 = hashlib.sha256
 
 

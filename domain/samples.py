@@ -12,7 +12,7 @@ from functools import partial
 
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
-from gpuledger.domain.facts import SourcePos
+from gpuledger.domain.facts import SourcePos, source_pos
 from gpuledger.domain.segments import NEG_INF, NodeState
 from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_body, utilization_fact
 
@@ -103,7 +103,7 @@ class SampleAttribution:
                     keep.append(scrape)
                     continue
                 reason = f"no PodResources snapshot of {node} within {grace // 1000}s grace"
-            pos = SourcePos(*scrape[2])
+            pos = source_pos(*scrape[2])
             if reason or self.inventory is None or exclusive_facts is None:
                 for s in scrape[1]:
                     self._emit_sample(node, st, t, end, s, pos, reason)

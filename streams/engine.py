@@ -36,7 +36,7 @@ from gpuledger.domain.capacity_plan import parse_throughput
 from gpuledger.domain.bounds import check_event_time_ms
 from gpuledger.domain.cost import parse_ratecards
 from gpuledger.domain.endpoints import parse_endpoints
-from gpuledger.domain.facts import FactBatch, SourcePos
+from gpuledger.domain.facts import FactBatch, SourcePos, source_pos
 from gpuledger.domain.inventory import parse_inventory
 from gpuledger.domain.pricing import parse_credits
 from gpuledger.domain.podresources import snapshot_holders
@@ -221,7 +221,7 @@ class Engine:
             ts = r["observed_at_ms"]
             check_event_time(ts, r["ingested_at_ms"], self.max_future_skew_ms)
             att = self._unit_att(unit, r["cluster_id"])
-            pos = SourcePos(topic, partition, offset)
+            pos = source_pos(topic, partition, offset)
             t = self.topics
             if topic == t.podresources.name:
                 att.apply_holders(r["node"], self._holders(unit, r), ts, pos)

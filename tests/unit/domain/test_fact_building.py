@@ -6,7 +6,9 @@ sharing plan holds, and for the health facts of its scrapes."""
 import dataclasses
 
 from gpuledger.demo.cluster import write_capture
-from gpuledger.domain.facts import CapacityFact, UtilizationFact
+from gpuledger.demo.builder import GpuSpec, dcgm_exposition
+from gpuledger.domain.dcgm import DcgmParse, parse_exposition
+from gpuledger.domain.facts import CapacityFact, SourcePos, UtilizationFact, source_pos
 from gpuledger.domain.gpu_health import GpuHealthFact
 from pipeline import run_capture
 from plans import sharing_plan
@@ -28,3 +30,15 @@ def test_facts_built_without_init_equal_those_built_with_it(tmp_path):
     for fact in mp.store.health.values():
         assert type(fact) is GpuHealthFact and list(vars(fact)) == names, fact
         assert GpuHealthFact(**{n: getattr(fact, n) for n in names}) == fact
+
+
+def test_a_source_position_and_a_parse_built_without_init_equal_those_built_with_it():
+    pos = source_pos("gpuledger.source.dcgm", 3, 17)
+    assert type(pos) is SourcePos and pos == SourcePos("gpuledger.source.dcgm", 3, 17)
+    assert list(vars(pos)) == [f.name for f in dataclasses.fields(SourcePos)] and hash(pos) == hash(SourcePos(
+        "gpuledger.source.dcgm", 3, 17))
+    text = dcgm_exposition("node-1", [(GpuSpec("GPU-1", "node-1", 0), 0.5, {"pod": "job", "namespace": "team-a"})])
+    parsed = parse_exposition(text)
+    names = [f.name for f in dataclasses.fields(DcgmParse)]
+    assert type(parsed) is DcgmParse and list(vars(parsed)) == names and parsed.samples
+    assert DcgmParse(**{n: getattr(parsed, n) for n in names}) == parsed
