@@ -172,3 +172,41 @@ def test_samples_refuse_as_the_reference_does():
         assert c == py and c[0] == "raises"
     c, py = _samples_both({("GPU-a", None): {}}, {}, {})
     assert c[0] == py[0] == "raises" and c[1] == py[1] == "KeyError"
+
+
+def _sharing_scrape(rng: random.Random) -> str:
+    """A scrape whose devices' ratio series come once, or once per sharing pod (time-slicing), the
+    same pod again, a second pod on one field only, pods on some fields and not others, MIG
+    instances, values equal or not, label sets that differ only in their order, and more devices
+    than the walk remembers at once."""
+    lines = []
+    fields = ["DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL",
+              "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"]
+    for d in range(rng.choice([1, 3, 8, 24])):
+        uuid = f"GPU-{d}"
+        instance = f',GPU_I_ID="{rng.randrange(3)}",GPU_I_PROFILE="1g.10gb"' if rng.random() < 0.2 else ""
+        for name in rng.sample(fields, rng.randrange(1, len(fields) + 1)):
+            pods = rng.choice([[], [0], [0, 0], [0, 1], [0, 1, 2], [1, 0, 1]])
+            for p in pods or [None]:
+                value = rng.choice(["0.25", "0.5", "0.75", "25", "50"])
+                labels = [f'gpu="{d}"', f'UUID="{uuid}"']
+                if p is not None:
+                    labels += [f'namespace="ns{p % 2}"', f'pod="job-{p}"']
+                if rng.random() < 0.3:
+                    labels.reverse()  # another label text, an equal device
+                lines.append(f"{name}{{{','.join(labels)}{instance}}} {value}")
+    if rng.random() < 0.3:
+        rng.shuffle(lines)
+    return "\n".join(lines) + "\n"
+
+
+def test_per_pod_evidence_of_sharing_pods_every_way():
+    rng = random.Random(23)
+    shared = 0
+    for _ in range(1500):
+        text = _sharing_scrape(rng)
+        c, py = _both(text)
+        assert c == py, text
+        assert c[0][0] == "parses"
+        shared += sum(1 for s in c[0][1] if s.per_pod)
+    assert shared > 300  # many devices with per-pod evidence, many without
