@@ -186,7 +186,8 @@ class Attributor(SampleAttribution):
         st.dcgm_wm_ms, st.dcgm_open = max(st.dcgm_wm_ms, observed_at_ms), True
         self.counters.scrapes += 1
         self.counters.samples += len(samples)
-        node_end, median = self._node_end_ms(node), st.scrape_cadence.median_ms()
+        node_end = self._node_end_ms(node)
+        median = None if node_end is None else st.scrape_cadence.median_ms()  # (sorted once per interval learnt)
         if node_end is not None and median is not None and observed_at_ms < node_end <= observed_at_ms + median:
             # the node's last scrape before it leaves the inventory: one cadence, never past its end
             self._end_scrape(node, st, observed_at_ms, min(observed_at_ms + median, node_end))

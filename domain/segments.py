@@ -62,7 +62,7 @@ class NodeState:
             start = self.pending_segments[-1][1] if self.pending_segments else self.final_until_ms
             self._queue(start, start, t_ms, self.last_holders, self.last_pos)
         self.last_ms, self.last_holders, self.last_pos, self.open = t_ms, holders, tuple(pos), True
-        median = self.snapshot_cadence.median_ms()
+        median = None if node_end_ms is None else self.snapshot_cadence.median_ms()
         if node_end_ms is not None and median is not None and t_ms < node_end_ms <= t_ms + median:
             end = min(t_ms + median, node_end_ms)
             self._queue(t_ms, end, end, holders, tuple(pos))
