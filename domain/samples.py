@@ -73,9 +73,10 @@ class SampleAttribution:
     # -- utilization ---------------------------------------------------------------
     def _attribute_samples(self, node: str, st: NodeState) -> None:
         """Attribute the node's scrapes whose segments are final (or that waited past the grace);
-        the rest wait. Scrapes queue in time order, and a scrape that is neither ready nor inside
-        the grace has no later one ready either (a later end is final only if this one's is, a
-        later time is further from the grace), so the walk stops there."""
+        the rest wait. Scrapes queue in time order, and a scrape that is neither ready nor past
+        the grace, and ends by the next one's time (as a scrape ends where the next begins, or
+        sooner), has no later one ready either: every later end is at least its end (final
+        only if its is), every later time further from the grace. So the walk stops there."""
         pending = st.pending_scrapes
         if not pending or (len(pending) == 1 and pending[0][3] is None):
             self._prune(st)  # (the node's newest scrape waits for its end)
@@ -97,8 +98,11 @@ class SampleAttribution:
                     grace = max(self.node_grace_ms, st.snapshot_cadence.stale_after_ms(self.stale_ceiling_ms)
                                 if st.snapshot_cadence.intervals_ms else 0)
                 if t + grace > self.pr_watermark_ms:
-                    keep += pending[i:]
-                    break
+                    if i + 1 == len(pending) or end <= pending[i + 1][0]:
+                        keep += pending[i:]
+                        break
+                    keep.append(scrape)  # (its end past the next one's time: a scrape after a silence)
+                    continue
                 if st.last_ms is not None and t < st.last_ms:
                     keep.append(scrape)
                     continue

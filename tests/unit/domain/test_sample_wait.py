@@ -43,3 +43,12 @@ def test_a_scrape_before_the_latest_snapshot_waits_inside_the_grace_and_a_later_
     st = _node(T + 5_000, _scrape(T, T + 10_000), _scrape(T + 10_000, T + 20_000))
     assert _pass(st, T + 10_000 + GRACE_MS) == [(T + 10_000, why)]
     assert [s[0] for s in st.pending_scrapes] == [T]
+
+
+def test_a_later_scrape_that_is_final_goes_while_one_whose_end_runs_past_it_waits():
+    """A scrape ended a cadence after a silence can end past the next one's time (the node's
+    scrapes came late): the walk goes on past it to the next, final one."""
+    st = _node(T - 3_600_000, _scrape(T, T + 30_000), _scrape(T + 10_000, T + 20_000), _scrape(T + 20_000, None))
+    st.final_until_ms, st.open = T + 25_000, True  # (its snapshots go on)
+    assert [t for t, _ in _pass(st, T + 10_000)] == [T + 10_000]
+    assert [s[0] for s in st.pending_scrapes] == [T, T + 20_000]
