@@ -13,7 +13,7 @@ from functools import partial
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import DeviceSample
 from gpuledger.domain.facts import SourcePos, source_pos
-from gpuledger.domain.segments import NEG_INF, NodeState
+from gpuledger.domain.segments import NEG_INF, POS_INF, NodeState
 from gpuledger.domain.utilization import lookup, overlapping, sample_targets, utilization_body, utilization_fact
 
 __all__ = ["SampleAttribution", "drop_before"]
@@ -190,7 +190,6 @@ class SampleAttribution:
 
 
 
-POS_INF = 2**62
 _NO_PODS: dict = {}  # a sample without per-pod series (read, never written)
 
 

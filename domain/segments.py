@@ -22,9 +22,10 @@ from gpuledger.domain.cadence import Cadence, sample_end_ms
 from gpuledger.domain.capacity import Piece
 from gpuledger.domain.dcgm import row_of, sample_of
 
-__all__ = ["NEG_INF", "NodeState", "node_from", "node_state", "state_of"]
+__all__ = ["NEG_INF", "POS_INF", "NodeState", "node_from", "node_state", "state_of"]
 
 NEG_INF = -(2**62)
+POS_INF = 2**62
 
 
 @dataclass
