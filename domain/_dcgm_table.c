@@ -10,7 +10,8 @@
  *   A decimal of at most 15 significant digits and a power of ten within 10^22 is m * 10^e or
  *   m / 10^-e, one correctly rounded operation on two exact doubles: the double float() gives.
  *   Anything else is left to float() (``plain_decimal`` answers 0).
- * - the dicts of the devices a walk met last (``Recent``, domain/_dcgm_walk.h).
+ * - the dicts of the devices a walk met last (``Recent``, domain/_dcgm_walk.h), a dict's inner
+ *   dict, and a character in a line.
  */
 #include "_dcgm_walk.h"
 
@@ -224,4 +225,37 @@ PyObject *recent_find(const Recent *r, PyObject *key) {
 void recent_keep(Recent *r, PyObject *key, PyObject *value) {
     if (r->n < RECENT)
         r->key[r->n] = key, r->value[r->n++] = value;
+}
+
+/* d.setdefault(key, {}) -- borrowed */
+PyObject *inner_dict(PyObject *d, PyObject *key) {
+    PyObject *inner = PyDict_GetItemWithError(d, key);
+    if (inner != NULL || PyErr_Occurred())
+        return inner;
+    inner = PyDict_New();
+    if (inner == NULL)
+        return NULL;
+    if (PyDict_SetItem(d, key, inner) < 0) {
+        Py_DECREF(inner);
+        return NULL;
+    }
+    Py_DECREF(inner);
+    return inner;
+}
+
+/* Where c first (direction 1) or last (-1) is in text[start:end]: -1 if nowhere, -2 on error, as
+ * PyUnicode_FindChar; an ASCII text's bytes are searched without its calls. */
+Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction) {
+    const char *data, *at;
+    if (!plain)
+        return PyUnicode_FindChar(text, c, start, end, direction);
+    data = (const char *)PyUnicode_DATA(text);
+    if (direction > 0) {
+        at = memchr(data + start, c, (size_t)(end - start));
+        return at == NULL ? -1 : at - data;
+    }
+    for (at = data + end; at > data + start;)
+        if (*--at == c)
+            return at - data;
+    return -1;
 }

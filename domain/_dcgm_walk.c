@@ -10,6 +10,10 @@
  * walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> (parsed,
  *       lines): domain/dcgm.py ``_walk`` over text.splitlines(), without making the lines, and
  *       how many lines there were
+ * walk_samples(text, cache, from_old, health_out, skipped, per_pod, cls) -> (samples, parsed,
+ *       lines), or None: the same walk with the devices held in C (domain/_dcgm_devices.c),
+ *       then their samples as ``samples`` builds them; None where a value is not what the
+ *       devices hold (the caller walks again, into the dicts)
  * table_size() -> the series the walk finds by their bytes (domain/_dcgm_table.c) now
  * samples(keys, per_gpu, models, pod_values, per_pod, cls) -> the scrape's samples, as
  *       domain/dcgm.py ``_samples`` builds them from what the walk gathered (or None); in
@@ -50,22 +54,6 @@ static PyObject *read_value(PyObject *rest, PyObject *line, PyObject *fallback) 
     PyErr_Clear();
     return fallback == value_of ? PyObject_CallFunctionObjArgs(value_of, rest, line, NULL)
                                 : PyObject_CallFunctionObjArgs(lenient, rest, NULL);
-}
-
-/* d.setdefault(key, {}) -- borrowed */
-static PyObject *inner_dict(PyObject *d, PyObject *key) {
-    PyObject *inner = PyDict_GetItemWithError(d, key);
-    if (inner != NULL || PyErr_Occurred())
-        return inner;
-    inner = PyDict_New();
-    if (inner == NULL)
-        return NULL;
-    if (PyDict_SetItem(d, key, inner) < 0) {
-        Py_DECREF(inner);
-        return NULL;
-    }
-    Py_DECREF(inner);
-    return inner;
 }
 
 static int count(PyObject *skipped, PyObject *reason) {
@@ -138,28 +126,20 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
     return r;
 }
 
-/* Where c first (direction 1) or last (-1) is in text[start:end]: -1 if nowhere, -2 on error, as
- * PyUnicode_FindChar; an ASCII text's bytes are searched without its calls. */
-static Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction) {
-    const char *data, *at;
-    if (!plain)
-        return PyUnicode_FindChar(text, c, start, end, direction);
-    data = (const char *)PyUnicode_DATA(text);
-    if (direction > 0) {
-        at = memchr(data + start, c, (size_t)(end - start));
-        return at == NULL ? -1 : at - data;
-    }
-    for (at = data + end; at > data + start;)
-        if (*--at == c)
-            return at - data;
-    return -1;
-}
+/* Where a walk puts what it reads: the dicts of domain/dcgm.py ``_walk`` (``devs`` NULL), or the
+ * devices in C (``devs``; per_gpu, models and pod_values unused), and the health readings and
+ * the skip counts either way. */
+typedef struct {
+    PyObject *per_gpu, *models, *pod_values, *health_out, *skipped;
+    Recent gpus, devices, pods;
+    Devices *devs;
+} Out;
 
 /* One line, text[start:end] (made a str only for what the Python helpers are handed); returns 1
- * when it was parsed as an attribution value, 0 otherwise, -1 on error. */
+ * when it was parsed as an attribution value, 0 otherwise, -1 on error, -2 where the devices in
+ * C cannot hold its value. */
 static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, PyObject *cache, PyObject *from_old,
-                     PyObject *per_gpu, PyObject *models, PyObject *pod_values, PyObject *health_out,
-                     PyObject *skipped, Recent *gpus, Recent *devices, Recent *pods) {
+                     Out *o) {
     Py_ssize_t brace, close, rest_from = start, series_end;
     uint64_t hash = 0;
     int labeled = 0;
@@ -265,7 +245,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
     if (health != Py_None) {
         if (value == NULL && REST() == NULL)
             goto done;
-        if (health_reading(health, value, rest, health_out, devices) < 0)
+        if (health_reading(health, value, rest, o->health_out, &o->devices) < 0)
             goto done;
     }
     if (field != Py_None && PyUnicode_GET_LENGTH(reason) == 0) {
@@ -280,34 +260,41 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
             reason = blank_reason;
         } else if (!(lo <= v && v < hi)) {
             reason = implausible;
+        } else if (o->devs != NULL) {
+            int r = devices_put(o->devs, key, field, model, pod, ratio, value);
+            if (r != 0) {  /* new, an error, or not for the devices */
+                result = r;
+                goto done;
+            }
+            reason = repeated;
         } else {
             PyObject *fields;
             Py_ssize_t held;
             int r;
             if (pod != Py_None && PyObject_IsTrue(ratio)) {
                 PyObject *by_field, *by_pod;
-                if ((by_field = recent_find(pods, key)) == NULL) {
-                    if ((by_field = inner_dict(pod_values, key)) == NULL)
+                if ((by_field = recent_find(&o->pods, key)) == NULL) {
+                    if ((by_field = inner_dict(o->pod_values, key)) == NULL)
                         goto done;
-                    recent_keep(pods, key, by_field);
+                    recent_keep(&o->pods, key, by_field);
                 }
                 if ((by_pod = inner_dict(by_field, field)) == NULL || PyDict_SetItem(by_pod, pod, value) < 0)
                     goto done;
             }
-            if ((fields = recent_find(gpus, key)) == NULL) {
-                fields = PyDict_GetItemWithError(per_gpu, key);
+            if ((fields = recent_find(&o->gpus, key)) == NULL) {
+                fields = PyDict_GetItemWithError(o->per_gpu, key);
                 if (fields == NULL) {
                     if (PyErr_Occurred())
                         goto done;
                     fields = PyDict_New();
                     if (fields == NULL)
                         goto done;
-                    r = PyDict_SetItem(per_gpu, key, fields);
+                    r = PyDict_SetItem(o->per_gpu, key, fields);
                     Py_DECREF(fields);
-                    if (r < 0 || PyDict_SetItem(models, key, model) < 0)
+                    if (r < 0 || PyDict_SetItem(o->models, key, model) < 0)
                         goto done;
                 }
-                recent_keep(gpus, key, fields);
+                recent_keep(&o->gpus, key, fields);
             }
             held = PyDict_GET_SIZE(fields);  /* fields.setdefault(field, value): new if the dict grew */
             if (PyDict_SetDefault(fields, field, value) == NULL)
@@ -319,7 +306,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
             reason = repeated;  /* time-slicing: the exporter repeats a GPU's series per sharing pod */
         }
     }
-    result = count(skipped, reason) < 0 ? -1 : 0;
+    result = count(o->skipped, reason) < 0 ? -1 : 0;
 done:
     Py_XDECREF(series);
     Py_XDECREF(rest);
@@ -332,26 +319,19 @@ done:
 
 /* The walk over a scrape's text: the lines str.splitlines() gives, without making them (~45 str a
  * sample). ASCII text without \r, \v, \f or \x1c-\x1e (a scrape as exporters write it) splits
- * at \n alone, found with memchr; any other text by Py_UNICODE_ISLINEBREAK, as splitlines. */
-static PyObject *walk_text(PyObject *self, PyObject *args) {
-    PyObject *text, *cache, *from_old, *per_gpu, *models, *pod_values, *health_out, *skipped;
-    Py_ssize_t len, i = 0, parsed = 0, lines = 0;
-    int kind, plain;
-    Recent gpus = {.n = 0}, devices = {.n = 0}, pods = {.n = 0};
-    const void *data;
+ * at \n alone, found with memchr; any other text by Py_UNICODE_ISLINEBREAK, as splitlines.
+ * 0, -1 on error, -2 where the devices in C cannot hold a value (the walk stops there). */
+static int walk(PyObject *text, PyObject *cache, PyObject *from_old, Out *o, Py_ssize_t *parsed, Py_ssize_t *lines) {
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0;
+    int kind = PyUnicode_KIND(text), plain;
+    const void *data = PyUnicode_DATA(text);
     if (miss == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_dcgm_walk.setup() was not called");
-        return NULL;
+        return -1;
     }
-    if (!PyArg_ParseTuple(args, "UO!OO!O!O!O!O!", &text, &PyDict_Type, &cache, &from_old, &PyDict_Type, &per_gpu,
-                          &PyDict_Type, &models, &PyDict_Type, &pod_values, &PyDict_Type, &health_out, &PyDict_Type,
-                          &skipped))
-        return NULL;
-    len = PyUnicode_GET_LENGTH(text);
-    kind = PyUnicode_KIND(text);
-    data = PyUnicode_DATA(text);
     /* strcspn stops at a NUL too: a text with one takes the general loop */
     plain = PyUnicode_IS_ASCII(text) && (Py_ssize_t)strcspn((const char *)data, "\r\v\f\x1c\x1d\x1e") == len;
+    *parsed = *lines = 0;
     while (i < len) {
         Py_ssize_t end;
         int r;
@@ -362,18 +342,53 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
             for (end = i; end < len && !Py_UNICODE_ISLINEBREAK(PyUnicode_READ(kind, data, end)); end++)
                 ;
         }
-        r = walk_line(text, i, end, plain, cache, from_old, per_gpu, models, pod_values, health_out, skipped, &gpus,
-                      &devices, &pods);
+        r = walk_line(text, i, end, plain, cache, from_old, o);
         if (r < 0)
-            return NULL;
-        parsed += r;
-        lines++;
+            return r;
+        *parsed += r;
+        ++*lines;
         i = end + 1;
         if (!plain && end + 1 < len && PyUnicode_READ(kind, data, end) == '\r'
                 && PyUnicode_READ(kind, data, end + 1) == '\n')
             i++;
     }
+    return 0;
+}
+
+static PyObject *walk_text(PyObject *self, PyObject *args) {
+    PyObject *text, *cache, *from_old;
+    Py_ssize_t parsed, lines;
+    Out o = {.devs = NULL};
+    if (!PyArg_ParseTuple(args, "UO!OO!O!O!O!O!", &text, &PyDict_Type, &cache, &from_old, &PyDict_Type, &o.per_gpu,
+                          &PyDict_Type, &o.models, &PyDict_Type, &o.pod_values, &PyDict_Type, &o.health_out,
+                          &PyDict_Type, &o.skipped))
+        return NULL;
+    if (walk(text, cache, from_old, &o, &parsed, &lines) < 0)
+        return NULL;
     return Py_BuildValue("(nn)", parsed, lines);
+}
+
+/* The walk with the devices in C, then their samples: (samples, parsed, lines), or None where
+ * the devices could not hold a value (the walk stopped there: the caller walks again into
+ * dicts, from health_out and skipped emptied). */
+static PyObject *walk_samples(PyObject *self, PyObject *args) {
+    PyObject *text, *cache, *from_old, *per_pod, *cls, *samples, *out = NULL;
+    Py_ssize_t parsed, lines;
+    Devices devs;
+    Out o = {.devs = &devs};
+    int r;
+    if (!PyArg_ParseTuple(args, "UO!OO!O!OO!", &text, &PyDict_Type, &cache, &from_old, &PyDict_Type, &o.health_out,
+                          &PyDict_Type, &o.skipped, &per_pod, &PyType_Type, &cls))
+        return NULL;
+    DEVICES_INIT(devs);
+    r = walk(text, cache, from_old, &o, &parsed, &lines);
+    if (r == -2) {
+        out = Py_NewRef(Py_None);
+    } else if (r == 0 && (samples = devices_samples(&devs, per_pod, cls)) != NULL) {
+        out = Py_BuildValue("(Nnn)", samples, parsed, lines);
+    }
+    devices_clear(&devs);
+    return out;
 }
 
 static PyMethodDef methods[] = {
@@ -383,6 +398,8 @@ static PyMethodDef methods[] = {
                                        "or None: see domain/_dcgm_samples.c"},
     {"walk_text", walk_text, METH_VARARGS, "walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, "
      "skipped) -> (parsed, lines): walk over text.splitlines()"},
+    {"walk_samples", walk_samples, METH_VARARGS, "walk_samples(text, cache, from_old, health_out, skipped, per_pod, "
+     "cls) -> (samples, parsed, lines), or None: the walk with the devices in C, then their samples"},
     {"table_size", dcgm_table_size, METH_NOARGS, "table_size() -> the series the walk finds by their bytes now"},
     {NULL, NULL, 0, NULL},
 };
@@ -390,7 +407,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dcgm_walk", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__dcgm_walk(void) {
-    if (dcgm_samples_init() < 0)
+    if (dcgm_samples_init() < 0 || devices_init() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -29,5 +29,32 @@ typedef struct {
 
 PyObject *recent_find(const Recent *r, PyObject *key);  /* borrowed, or NULL */
 void recent_keep(Recent *r, PyObject *key, PyObject *value);
+PyObject *inner_dict(PyObject *d, PyObject *key);  /* d.setdefault(key, {}), borrowed; NULL on error */
+/* where c is in text[start:end], first (direction 1) or last (-1): -1 nowhere, -2 on error */
+Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction);
+
+/* domain/_dcgm_devices.c: a scrape's devices in C while the walk reads it, then its samples */
+#define NFIELD 6  /* sm_active, gr_active, gpu_util_pct (the ratio fields), fb_used_mib, power_w, energy_mj */
+#define NRATIO 3
+typedef struct {
+    PyObject *key, *model;  /* new references */
+    double value[NFIELD];
+    unsigned has;  /* bit i: value[i] was put */
+    PyObject *pod[NRATIO];  /* a ratio field's one pod (new reference) and its value, */
+    double pod_value[NRATIO];
+    PyObject *pods[NRATIO];  /* or {pod: value} once a second pod came */
+} Device;
+#define HELD_DEVICES 16
+typedef struct {
+    Device *d, held[HELD_DEVICES], *last;  /* d: held, or a larger array on the heap */
+    Py_ssize_t n, size;
+} Devices;
+#define DEVICES_INIT(ds) ((ds).d = (ds).held, (ds).last = NULL, (ds).n = 0, (ds).size = HELD_DEVICES)
+void devices_clear(Devices *ds);
+/* a valid attribution value of a series: 1 new, 0 repeated, -1 error, -2 not what the devices hold */
+int devices_put(Devices *ds, PyObject *key, PyObject *field, PyObject *model, PyObject *pod, PyObject *ratio,
+                PyObject *value);
+PyObject *devices_samples(Devices *ds, PyObject *per_pod, PyObject *cls);  /* the samples in device order */
+int devices_init(void);  /* 0, or -1 with the error set */
 
 #endif

@@ -351,11 +351,11 @@ def _walk(lines: list[str], cache: dict, from_old, per_gpu: dict, models: dict, 
 try:  # built at install (pyproject.toml); a source tree without the build walks in Python
     from gpuledger.domain import _dcgm_walk
 except ImportError:  # pragma: no cover — tests/unit/domain/test_dcgm_walk.py requires it
-    _c_walk = _c_samples = None
+    _c_walk = _c_samples = _c_walk_samples = None
 else:
     _dcgm_walk.setup(_miss, _value, _lenient, _unterminated, _REPEATED, _BLANK, _SENTINEL_MIN,
                      _FP64_BLANK, _FP64_BLANK + 16, _INT64_LIMIT)
-    _c_walk, _c_samples = _dcgm_walk.walk_text, _dcgm_walk.samples
+    _c_walk, _c_samples, _c_walk_samples = _dcgm_walk.walk_text, _dcgm_walk.samples, _dcgm_walk.walk_samples
 
 
 def parse_exposition(text: str) -> DcgmParse:
@@ -365,6 +365,15 @@ def parse_exposition(text: str) -> DcgmParse:
     pod_values: dict[tuple, dict[str, dict[tuple, float]]] = {}  # key -> field -> pod -> value
     health_out: dict[HealthDevice, dict[str, float | int]] = {}
     skipped: dict[str, int] = {}
+    if _c_walk_samples is not None:  # the walk with the scrape's devices held in C, then their samples
+        walked = _c_walk_samples(text, _SERIES.young, _SERIES.from_old, health_out, skipped, _per_pod, DeviceSample)
+        if walked is not None:
+            samples, parsed, lines_walked = walked
+            _age_caches(lines_walked)
+            return built(DcgmParse, {"samples": samples, "series_parsed": parsed, "skipped": skipped,
+                                     "health": health_out})
+        health_out.clear()  # a value the devices in C do not hold: the walk again, into dicts
+        skipped.clear()
     if _c_walk is None:
         lines = text.splitlines()
         _age_caches(len(lines))  # before the walk: a rotation never happens between two lines of a scrape

@@ -1,7 +1,10 @@
 """The walk over a scrape's lines in C (domain/_dcgm_walk.c) against its reference in Python
 (domain/dcgm.py ``_walk``): on real scrapes, generated fleets and every way a line can be
-spoiled, the same samples, counts, skip reasons and health readings, or the same error."""
+spoiled, the same samples, counts, skip reasons and health readings, or the same error. The
+C walk is taken both ways: with the scrape's devices held in C (domain/_dcgm_devices.c,
+``walk_samples``) and into the dicts the reference fills (``walk_text``, then ``samples``)."""
 
+import math
 import random
 from pathlib import Path
 
@@ -18,33 +21,47 @@ def _fresh_caches() -> None:
     dcgm._SERIES, dcgm._LABELS, dcgm._HEALTH = dcgm._Generations(), dcgm._Generations(), dcgm._Generations()
 
 
-def _outcome(text: str, walk) -> tuple:
-    """Parse with the C walk and samples (``walk`` the C walk) or with the Python ones (None)."""
-    saved = dcgm._c_walk, dcgm._c_samples
-    dcgm._c_walk, dcgm._c_samples = walk, (None if walk is None else _dcgm_walk.samples)
+# (_c_walk, _c_samples, _c_walk_samples) of each way to parse
+_PATHS = {"devices in C": (_dcgm_walk.walk_text, _dcgm_walk.samples, _dcgm_walk.walk_samples),
+          "dicts in C": (_dcgm_walk.walk_text, _dcgm_walk.samples, None), "Python": (None, None, None)}
+
+
+def _outcome(text: str, path: str) -> tuple:
+    """Parse one of the ways of ``_PATHS``."""
+    saved = dcgm._c_walk, dcgm._c_samples, dcgm._c_walk_samples
+    dcgm._c_walk, dcgm._c_samples, dcgm._c_walk_samples = _PATHS[path]
     try:
         parsed = dcgm.parse_exposition(text)
     except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
         return ("raises", type(exc).__name__, str(exc))
     finally:
-        dcgm._c_walk, dcgm._c_samples = saved
-    return ("parses", parsed.samples, parsed.series_parsed, parsed.skipped, parsed.health)
+        dcgm._c_walk, dcgm._c_samples, dcgm._c_walk_samples = saved
+    return ("parses", parsed.samples, [_fields(s) for s in parsed.samples], parsed.series_parsed, parsed.skipped,
+            parsed.health)
+
+
+def _fields(sample) -> str:
+    """A sample's fields in the order of its __dict__, exactly (-0.0 apart from 0.0, an int from a
+    float): what the samples in C must build as the reference builds it."""
+    return repr([(k, type(v).__name__, v) for k, v in vars(sample).items()])
 
 
 def _both(text: str) -> tuple:
-    """The outcome of the C walk and of the Python one, each from empty caches, then each again
-    from the caches its first run filled (a hit takes other steps than a miss)."""
-    out = []
-    for walk in (_dcgm_walk.walk_text, None):
+    """The outcome of each way, each from empty caches, then each again from the caches its first
+    run filled (a hit takes other steps than a miss). The two in C must agree (checked here);
+    returned: the devices in C, and the Python reference."""
+    out = {}
+    for path in _PATHS:
         _fresh_caches()
-        first = _outcome(text, walk)
-        out.append((first, _outcome(text, walk)))
+        first = _outcome(text, path)
+        out[path] = (first, _outcome(text, path))
     _fresh_caches()
-    return out[0], out[1]
+    assert out["devices in C"] == out["dicts in C"], text
+    return out["devices in C"], out["Python"]
 
 
 def test_the_build_is_in_use():
-    assert dcgm._c_walk is _dcgm_walk.walk_text and dcgm._c_samples is _dcgm_walk.samples
+    assert (dcgm._c_walk, dcgm._c_samples, dcgm._c_walk_samples) == _PATHS["devices in C"]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.txt")))
@@ -210,3 +227,52 @@ def test_per_pod_evidence_of_sharing_pods_every_way():
         assert c[0][0] == "parses"
         shared += sum(1 for s in c[0][1] if s.per_pod)
     assert shared > 300  # many devices with per-pod evidence, many without
+
+
+def test_the_devices_in_c_take_every_scrape_the_exporter_writes():
+    """walk_samples answers (not None: no walk again into dicts) for real and generated scrapes."""
+    texts = [p.read_text() for p in sorted(FIXTURES.glob("*.txt"))] + _fleet_texts(8, 3)
+    rng = random.Random(29)
+    texts += [_sharing_scrape(rng) for _ in range(50)]
+    for text in texts:
+        _fresh_caches()
+        got = _dcgm_walk.walk_samples(text, dcgm._SERIES.young, dcgm._SERIES.from_old, {}, {}, dcgm._per_pod,
+                                      dcgm.DeviceSample)
+        assert got is not None and len(got) == 3, text[:200]
+    _fresh_caches()
+
+
+_ODD = [  # series infos no cache of the walk holds: (field, key, pod, ratio?)
+    ("custom_field", ("GPU-z", None), None, False),
+    ("power_w", ("GPU-z", -1), None, False),
+    ("power_w", ("GPU-z", True), None, False),
+    ("power_w", ["GPU-z", None], None, False),
+    ("power_w", ("GPU-z", None, 1), None, False),
+    ("fb_used_mib", ("GPU-z", None), ("ns", "p"), True),
+    ("sm_active", ("GPU-z", None), ["ns", "p"], True),
+]
+
+
+@pytest.mark.parametrize("odd", _ODD)
+def test_a_value_the_devices_do_not_hold_is_walked_again_into_dicts(odd):
+    """A series info the devices in C do not hold (a field not among the six, a key other than
+    (UUID, None or an instance >= 0), a pod that is not a tuple on a ratio field): walk_samples
+    declines, and the parse walks the scrape again into dicts, from empty health readings and
+    skip counts, to the outcome of the walk into dicts."""
+    field, key, pod, ratio = odd
+    odd_info = (field, key, "", "", pod, -math.inf, math.inf, "", ratio, None)
+    fleet = _fleet_texts(1, 5)[0].splitlines()
+    text = "\n".join([*fleet[:12], "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-h\"} 41", "DCGM_FI_DEV_SM_CLOCK 1",
+                      'ODD{x="1"} 5', *fleet[12:]]) + "\n"
+    out = {}
+    for path in ("devices in C", "dicts in C"):
+        _fresh_caches()
+        dcgm._SERIES.young['ODD{x="1"}'] = odd_info
+        if path == "devices in C":
+            assert _dcgm_walk.walk_samples(text, dcgm._SERIES.young, dcgm._SERIES.from_old, {}, {}, dcgm._per_pod,
+                                           dcgm.DeviceSample) is None
+        out[path] = _outcome(text, path)
+    _fresh_caches()
+    assert out["devices in C"] == out["dicts in C"]
+    if out["dicts in C"][0] == "parses":
+        assert out["dicts in C"][5] and out["dicts in C"][4].get("not an attribution field: DCGM_FI_DEV_SM_CLOCK") == 1
