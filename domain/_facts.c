@@ -119,15 +119,19 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
             kind = Py_NewRef(s_allocated);
             confidence = Py_NewRef(pc);
             reason = Py_NewRef(why);
+            own = NULL;
             if ((ns = field_of(&piece_fields, piece, a_namespace)) == NULL ||
                 (pn = field_of(&piece_fields, piece, a_pod_name)) == NULL)
                 goto done;
-            if ((key = PyTuple_Pack(2, ns, pn)) == NULL)
-                goto done;
-            own = PyDict_GetItemWithError(per_pod, key);
-            Py_DECREF(key);
-            if (own == NULL && PyErr_Occurred())
-                goto done;
+            /* no pod's own series: nothing to look up (a key of two str hashes, as the reference's does) */
+            if (PyDict_GET_SIZE(per_pod) > 0 || !PyUnicode_CheckExact(ns) || !PyUnicode_CheckExact(pn)) {
+                if ((key = PyTuple_Pack(2, ns, pn)) == NULL)
+                    goto done;
+                own = PyDict_GetItemWithError(per_pod, key);
+                Py_DECREF(key);
+                if (own == NULL && PyErr_Occurred())
+                    goto done;
+            }
             if (own != NULL) {  /* the pod's own series: relative to the share it holds */
                 double x, n, hv;
                 if ((uid = field_of(&piece_fields, piece, a_pod_uid)) == NULL)
@@ -189,8 +193,9 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
     SET(10, field_of(&sample_fields, s, a_energy));
     SET(11, piece == Py_None ? Py_NewRef(s_empty) : field_of(&piece_fields, piece, a_fact_id));
     SET(12, Py_NewRef(kind));
-    for (i = 1; i < 6; i++)  /* tenant_id .. pod_uid */
-        SET(12 + i, piece == Py_None ? Py_NewRef(s_empty) : field_of(&piece_fields, piece, *piece_attrs[i]));
+    for (i = 1; i < 6; i++)  /* tenant_id .. pod_uid (namespace and pod_name read above where they were) */
+        SET(12 + i, piece == Py_None ? Py_NewRef(s_empty) : i == 3 && ns != NULL ? Py_NewRef(ns)
+                    : i == 4 && pn != NULL ? Py_NewRef(pn) : field_of(&piece_fields, piece, *piece_attrs[i]));
     SET(18, Py_NewRef(confidence));
     SET(19, Py_NewRef(reason));
     SET(20, field_of(&pos_fields, pos, a_topic));

@@ -180,12 +180,16 @@ def test_utilization_facts_of_unexpected_arguments_are_the_references() -> None:
         _spoiled(base, piece=Piece(*[*vars(piece).values()][:3], "unallocated", *[*vars(piece).values()][4:10], None)),
         _spoiled(base, cluster_id="c\ud800"), _spoiled(base, device="GPU-\ud800"),
     ]
+    fields = [*vars(piece).values()]
+    for per_pod in ({}, {("ns", "pod-a"): 0.5}):  # a pod's key looked up even where no pod has its own series
+        cases += [_spoiled(base, per_pod=per_pod, piece=Piece(*fields[:6], ["ns"], *fields[7:])),
+                  _spoiled(base, per_pod=per_pod, piece=Piece(*fields[:7], 7, *fields[8:]))]
     outcomes = set()
     for case in cases:
         c, py = _fact_or_error(_facts.utilization_fact, case), _fact_or_error(python_utilization_fact, case)
         assert c == py, case
         outcomes.add(c[0] if c[0] == "built" else c[1])
-    assert {"built", "ZeroDivisionError", "AttributeError", "UnicodeEncodeError"} <= outcomes, outcomes
+    assert {"built", "ZeroDivisionError", "AttributeError", "UnicodeEncodeError", "TypeError"} <= outcomes, outcomes
 
 
 def _body_or_error(args) -> tuple:
