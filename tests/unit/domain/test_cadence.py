@@ -53,3 +53,24 @@ def test_the_median_follows_every_step_it_is_asked_between():
         expect = ordered[len(ordered) // 2] if ordered else None
         assert c.median_ms() == expect == Cadence(list(c.intervals_ms)).median_ms()
         assert c.stale_after_ms(CEILING_MS) == (CEILING_MS if expect is None else min(CEILING_MS, 4 * expect))
+
+
+def test_a_restored_window_longer_than_kept_follows_as_well():
+    """Intervals restored from state may be more than the window keeps: the sorted copy drops
+    them all on the next interval learnt, as the window does (a plain list kept beside it is
+    the reference: the learnt interval appended, the window's last nine kept)."""
+    import random
+
+    rng = random.Random(11)
+    for _ in range(300):
+        window = [rng.choice([9_000, 10_000, 11_000, 30_000]) for _ in range(rng.randrange(0, 14))]
+        c = Cadence(list(window))
+        t = 0
+        for _ in range(rng.randrange(1, 12)):
+            nxt = t + rng.choice([9_000, 10_000, 10_500, 200_000])
+            if c.step(t, nxt, CEILING_MS) == nxt:
+                window = (window + [nxt - t])[-9:]
+            t = nxt
+            ordered = sorted(window)
+            assert c.intervals_ms == window
+            assert c.median_ms() == (ordered[len(ordered) // 2] if ordered else None)
