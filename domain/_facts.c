@@ -19,6 +19,9 @@
 
 #include "_fields.h"
 
+#include <stdint.h>
+#include <string.h>
+
 static PyObject *fact_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return hash_parts(args, nargs);
 }
@@ -47,13 +50,70 @@ typedef PyObject *(*BodyOf)(const char *program, Py_ssize_t program_len, PyObjec
 static BodyOf body_of;
 static PyObject *body_program;
 
+static PyObject *pos_cls;
+
+/* The fields a fact takes of a piece (frozen: a Piece is replaced, never changed), read once
+ * per piece and kept for the next facts under it: the pieces met last, each held (so no other
+ * object takes its address while it is kept), at a slot of its address, with the version of
+ * its class they were read at (a class changed since, a property given to it, is read anew). */
+enum { P_KIND, P_CONFIDENCE, P_NAMESPACE, P_POD_NAME, P_POD_UID, P_REASON, P_FACT_ID, P_TENANT, P_PROJECT, P_N };
+static PyObject **const piece_names[P_N] = {&a_kind, &a_confidence, &a_namespace, &a_pod_name, &a_pod_uid,
+                                            &a_reason, &a_fact_id, &a_tenant, &a_project};
+#define KEPT 512  /* pieces: a power of two */
+typedef struct {
+    PyObject *of, *v[P_N];
+    unsigned int tag;  /* the class's version when read, */
+    int versioned;  /* if it had one */
+} Kept;
+static Kept kept_pieces[KEPT];
+static Kept kept_pos;  /* the last source position (frozen too): a scrape's samples share one */
+
+static void forget(Kept *k, int n) {
+    int i;
+    Py_CLEAR(k->of);
+    for (i = 0; i < n; i++)
+        Py_CLEAR(k->v[i]);
+}
+
+/* o's fields names[0..n) as kept in k (read and kept there when k holds another object);
+ * NULL with the error set where one cannot be read */
+static PyObject *const *kept_fields(Kept *k, Fields *f, PyObject *o, PyObject **const *names, int n) {
+    PyObject *v[P_N];
+    PyTypeObject *tp = Py_TYPE(o);
+    int i;
+    if (k->of == o && k->versioned && version_valid(tp) && tp->tp_version_tag == k->tag)
+        return k->v;
+    for (i = 0; i < n; i++) {
+        if ((v[i] = field_of(f, o, *names[i])) == NULL) {
+            while (i--)
+                Py_DECREF(v[i]);
+            return NULL;
+        }
+    }
+    forget(k, n);
+    k->of = Py_NewRef(o);
+    k->versioned = version_valid(tp);  /* (the reads gave the class a version) */
+    k->tag = tp->tp_version_tag;
+    memcpy(k->v, v, (size_t)n * sizeof v[0]);
+    return k->v;
+}
+
+static PyObject *const *piece_values(PyObject *piece) {
+    return kept_fields(&kept_pieces[((uintptr_t)piece >> 4) & (KEPT - 1)], &piece_fields, piece, piece_names, P_N);
+}
+
 static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *f, *cls, *piece;
-    if (!PyArg_ParseTuple(args, "OO!O!", &f, &PyType_Type, &cls, &PyType_Type, &piece))
+    PyObject *f, *cls, *piece, *pos = NULL;
+    int i;
+    if (!PyArg_ParseTuple(args, "OO!O!|O!", &f, &PyType_Type, &cls, &PyType_Type, &piece, &PyType_Type, &pos))
         return NULL;
     Py_XSETREF(py_utilization, Py_NewRef(f));
     Py_XSETREF(utilization_cls, Py_NewRef(cls));
     Py_XSETREF(piece_cls, Py_NewRef(piece));
+    Py_XSETREF(pos_cls, Py_XNewRef(pos));
+    for (i = 0; i < KEPT; i++)  /* of the classes set before */
+        forget(&kept_pieces[i], P_N);
+    forget(&kept_pos, 3);
     Py_RETURN_NONE;
 }
 
@@ -74,9 +134,11 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
     PyObject *cluster, *node, *t, *s, *pos, *device, *a, *b, *piece, *why, *per_pod, *held, *n_targets;
     PyObject *ratio = NULL, *kind = NULL, *confidence = NULL, *reason = NULL, *d = NULL, *result = NULL;
     PyObject *pk = NULL, *pc = NULL, *ns = NULL, *pn = NULL, *uid = NULL, *parts[5], *vals[NFIELDS] = {NULL};
+    PyObject *const *pv = NULL, *const *at = NULL, *kept[P_N] = {NULL};  /* the piece's fields, the position's */
     long long t_ms, a_ms, b_ms, span;
     int overflow, i;
-    static PyObject **piece_attrs[] = {&a_fact_id, &a_tenant, &a_project, &a_namespace, &a_pod_name, &a_pod_uid};
+    static const int piece_at[] = {P_FACT_ID, P_TENANT, P_PROJECT, P_NAMESPACE, P_POD_NAME, P_POD_UID};
+    static PyObject **const pos_names[] = {&a_topic, &a_partition, &a_offset};
     if (py_utilization == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_facts.setup() was not called");
         return NULL;
@@ -109,9 +171,13 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
         if (reason == NULL)
             goto done;
     } else {
-        if ((pk = field_of(&piece_fields, piece, a_kind)) == NULL ||
-            (pc = field_of(&piece_fields, piece, a_confidence)) == NULL)
+        if ((pv = piece_values(piece)) == NULL)
             goto done;
+        for (i = 0; i < P_N; i++)  /* held here: Python run below (a part's str()) may replace the kept ones */
+            kept[i] = Py_NewRef(pv[i]);
+        pv = kept;
+        pk = Py_NewRef(pv[P_KIND]);
+        pc = Py_NewRef(pv[P_CONFIDENCE]);
         if (!PyUnicode_CheckExact(pk) || !PyUnicode_CheckExact(pc))
             FALLBACK();
         if (PyUnicode_Compare(pk, s_allocated) == 0 && PyUnicode_Compare(pc, s_unattributed) != 0) {
@@ -120,9 +186,8 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
             confidence = Py_NewRef(pc);
             reason = Py_NewRef(why);
             own = NULL;
-            if ((ns = field_of(&piece_fields, piece, a_namespace)) == NULL ||
-                (pn = field_of(&piece_fields, piece, a_pod_name)) == NULL)
-                goto done;
+            ns = Py_NewRef(pv[P_NAMESPACE]);
+            pn = Py_NewRef(pv[P_POD_NAME]);
             /* no pod's own series: nothing to look up (a key of two str hashes, as the reference's does) */
             if (PyDict_GET_SIZE(per_pod) > 0 || !PyUnicode_CheckExact(ns) || !PyUnicode_CheckExact(pn)) {
                 if ((key = PyTuple_Pack(2, ns, pn)) == NULL)
@@ -134,8 +199,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
             }
             if (own != NULL) {  /* the pod's own series: relative to the share it holds */
                 double x, n, hv;
-                if ((uid = field_of(&piece_fields, piece, a_pod_uid)) == NULL)
-                    goto done;
+                uid = Py_NewRef(pv[P_POD_UID]);
                 h = PyDict_GetItemWithError(held, uid);
                 if (h == NULL && PyErr_Occurred())
                     goto done;
@@ -158,9 +222,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
                 }
             }
         } else {
-            PyObject *pr = field_of(&piece_fields, piece, a_reason);
-            if (pr == NULL)
-                goto done;
+            PyObject *pr = Py_NewRef(pv[P_REASON]);
             if (!PyUnicode_CheckExact(pr)) {
                 Py_DECREF(pr);
                 FALLBACK();
@@ -191,16 +253,22 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
     SET(8, field_of(&sample_fields, s, a_fb));
     SET(9, field_of(&sample_fields, s, a_power));
     SET(10, field_of(&sample_fields, s, a_energy));
-    SET(11, piece == Py_None ? Py_NewRef(s_empty) : field_of(&piece_fields, piece, a_fact_id));
+    SET(11, Py_NewRef(pv == NULL ? s_empty : pv[P_FACT_ID]));
     SET(12, Py_NewRef(kind));
-    for (i = 1; i < 6; i++)  /* tenant_id .. pod_uid (namespace and pod_name read above where they were) */
-        SET(12 + i, piece == Py_None ? Py_NewRef(s_empty) : i == 3 && ns != NULL ? Py_NewRef(ns)
-                    : i == 4 && pn != NULL ? Py_NewRef(pn) : field_of(&piece_fields, piece, *piece_attrs[i]));
+    for (i = 1; i < 6; i++)  /* tenant_id .. pod_uid */
+        SET(12 + i, Py_NewRef(pv == NULL ? s_empty : pv[piece_at[i]]));
     SET(18, Py_NewRef(confidence));
     SET(19, Py_NewRef(reason));
-    SET(20, field_of(&pos_fields, pos, a_topic));
-    SET(21, field_of(&pos_fields, pos, a_partition));
-    SET(22, field_of(&pos_fields, pos, a_offset));
+    if (pos_cls != NULL && Py_TYPE(pos) == (PyTypeObject *)pos_cls) {  /* kept: frozen */
+        if ((at = kept_fields(&kept_pos, &pos_fields, pos, pos_names, 3)) == NULL)
+            goto done;
+        for (i = 0; i < 3; i++)
+            SET(20 + i, Py_NewRef(at[i]));
+    } else {
+        SET(20, field_of(&pos_fields, pos, a_topic));
+        SET(21, field_of(&pos_fields, pos, a_partition));
+        SET(22, field_of(&pos_fields, pos, a_offset));
+    }
 #undef SET
     if (body_of != NULL && encoded) {  /* the Avro body, where the writer is sure of every value */
         if ((result = body_of(PyBytes_AS_STRING(body_program), PyBytes_GET_SIZE(body_program), vals, NFIELDS)) == NULL)
@@ -223,6 +291,8 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
 done:
     for (i = 0; i < NFIELDS; i++)
         Py_XDECREF(vals[i]);
+    for (i = 0; i < P_N; i++)
+        Py_XDECREF(kept[i]);
     Py_XDECREF(ratio);
     Py_XDECREF(kind);
     Py_XDECREF(confidence);

@@ -35,9 +35,10 @@ CAPACITY_WINDOW_MS = 60_000  # segments starting in one such aligned window may 
 Holders = dict[str, tuple[str, str, str, str]]  # device id -> (namespace, pod, container, resource)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Piece:
-    """A capacity fact as samples need it for lookups."""
+    """A capacity fact as samples need it for lookups. Frozen: a piece cut short is replaced by
+    another (the utilization facts in C keep what they read of a piece, domain/_facts.c)."""
 
     start_ms: int
     end_ms: int

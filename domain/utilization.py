@@ -99,7 +99,7 @@ except ImportError:  # pragma: no cover — tests/unit/domain/test_facts_c.py re
     utilization_fact = python_utilization_fact
     utilization_body = None
 else:
-    _facts.setup(python_utilization_fact, UtilizationFact, Piece)
+    _facts.setup(python_utilization_fact, UtilizationFact, Piece, SourcePos)
     utilization_fact = _facts.utilization_fact
     # (Avro body or fact, confidence): the body once the worker's writer is set
     # (streams/fact_batches.py ``encode_fact_bodies``), the fact until then
