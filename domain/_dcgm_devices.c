@@ -10,8 +10,8 @@
 
 #include <string.h>
 
-static PyObject *names[NFIELD];  /* domain/dcgm.py _FIELDS' values; the three ratio fields first */
-static PyObject *k_dict, *no_args, *f_uuid, *f_instance, *f_ratio, *f_fb, *f_power, *f_energy, *f_model, *f_per_pod;
+#define names dcgm_field  /* (domain/_dcgm_samples.c) */
+#define no_args dcgm_no_args
 
 void devices_clear(Devices *ds) {
     Py_ssize_t i;
@@ -252,15 +252,15 @@ static PyObject *device_sample(Device *d, PyObject *per_pod, PyObject *cls) {
     PyObject *dict = _PyDict_NewPresized(8), *sample = NULL;
     if (dict == NULL)
         return NULL;
-    if (PyDict_SetItem(dict, f_uuid, PyTuple_GET_ITEM(d->key, 0)) < 0 ||
-        PyDict_SetItem(dict, f_instance, PyTuple_GET_ITEM(d->key, 1)) < 0 || put(dict, f_ratio, ratio_of(d)) < 0 ||
-        put(dict, f_fb, d->has & 8u ? PyLong_FromDouble(d->value[3] * 1024 * 1024) : Py_NewRef(Py_None)) < 0 ||
-        put(dict, f_power, optional(d, 4, 1.0)) < 0 || put(dict, f_energy, optional(d, 5, 1000.0)) < 0 ||
-        PyDict_SetItem(dict, f_model, d->model) < 0 || put(dict, f_per_pod, per_pod_of(d, per_pod)) < 0)
+#define K(name) sample_key[S_##name]
+    if (PyDict_SetItem(dict, K(UUID), PyTuple_GET_ITEM(d->key, 0)) < 0 ||
+        PyDict_SetItem(dict, K(INSTANCE), PyTuple_GET_ITEM(d->key, 1)) < 0 || put(dict, K(RATIO), ratio_of(d)) < 0 ||
+        put(dict, K(FB), d->has & 8u ? PyLong_FromDouble(d->value[3] * 1024 * 1024) : Py_NewRef(Py_None)) < 0 ||
+        put(dict, K(POWER), optional(d, 4, 1.0)) < 0 || put(dict, K(ENERGY), optional(d, 5, 1000.0)) < 0 ||
+        PyDict_SetItem(dict, K(MODEL), d->model) < 0 || put(dict, K(PER_POD), per_pod_of(d, per_pod)) < 0)
+#undef K
         goto done;
-    sample = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
-    if (sample != NULL && PyObject_GenericSetAttr(sample, k_dict, dict) < 0)
-        Py_CLEAR(sample);
+    sample = sample_object(cls, dict);
 done:
     Py_DECREF(dict);
     return sample;
@@ -295,26 +295,4 @@ PyObject *devices_samples(Devices *ds, PyObject *per_pod, PyObject *cls) {
         PyList_SET_ITEM(out, i, s);
     }
     return out;
-}
-
-#define INTERN(var, text) \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) \
-        return -1;
-
-int devices_init(void) {
-    static const char *fields[NFIELD] = {"sm_active", "gr_active", "gpu_util_pct", "fb_used_mib", "power_w",
-                                         "energy_mj"};
-    int i;
-    for (i = 0; i < NFIELD; i++)
-        INTERN(names[i], fields[i])
-    INTERN(k_dict, "__dict__")
-    INTERN(f_uuid, "gpu_uuid")
-    INTERN(f_instance, "gpu_instance_id")
-    INTERN(f_ratio, "sm_active_ratio")
-    INTERN(f_fb, "fb_used_bytes")
-    INTERN(f_power, "power_w")
-    INTERN(f_energy, "energy_j")
-    INTERN(f_model, "model")
-    INTERN(f_per_pod, "per_pod")
-    return (no_args = PyTuple_New(0)) == NULL ? -1 : 0;
 }

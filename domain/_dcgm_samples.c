@@ -2,13 +2,28 @@
  * the walk, and the module): ``samples(keys, per_gpu, models, pod_values, per_pod, cls)``. */
 #include "_dcgm_walk.h"  /* Python.h first, as it must be */
 
+/* the names of domain/_dcgm_walk.h, shared with domain/_dcgm_devices.c */
+PyObject *dcgm_field[NFIELD], *sample_key[S_N], *dcgm_no_args;
+static PyObject *k_dict;
+#define k_sm dcgm_field[0]
+#define k_gr dcgm_field[1]
+#define k_util dcgm_field[2]
+#define k_fb dcgm_field[3]
+#define k_power dcgm_field[4]
+#define k_energy dcgm_field[5]
+#define no_args dcgm_no_args
+
+PyObject *sample_object(PyObject *cls, PyObject *fields) {
+    PyObject *sample = PyBaseObject_Type.tp_new((PyTypeObject *)cls, dcgm_no_args, NULL);
+    if (sample != NULL && PyObject_GenericSetAttr(sample, k_dict, fields) < 0)
+        Py_CLEAR(sample);
+    return sample;
+}
+
 /* The scrape's samples from what the walk gathered (domain/dcgm.py ``_samples`` is the
  * reference): one DeviceSample per device key, in the order of ``keys``, built as
  * domain/facts.py ``built`` builds it (object.__new__, then its __dict__). NULL with no error
  * set where a value is not a float (then the reference builds them). */
-static PyObject *k_sm, *k_gr, *k_util, *k_fb, *k_power, *k_energy, *k_dict, *no_args;
-static PyObject *f_uuid, *f_instance, *f_ratio, *f_fb, *f_power, *f_energy, *f_model, *f_per_pod;
-
 static int field_value(PyObject *fields, PyObject *name, double *out) {
     PyObject *v = PyDict_GetItemWithError(fields, name);
     if (v == NULL)
@@ -36,8 +51,8 @@ static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, Py
         goto fail;
     has_ratio = r == 1;
     d = _PyDict_NewPresized(8);  /* the sample's 8 fields, without a resize on the way */
-    if (d == NULL || PyDict_SetItem(d, f_uuid, PyTuple_GET_ITEM(key, 0)) < 0 ||
-        PyDict_SetItem(d, f_instance, PyTuple_GET_ITEM(key, 1)) < 0)
+    if (d == NULL || PyDict_SetItem(d, sample_key[S_UUID], PyTuple_GET_ITEM(key, 0)) < 0 ||
+        PyDict_SetItem(d, sample_key[S_INSTANCE], PyTuple_GET_ITEM(key, 1)) < 0)
         goto fail;
     if (has_ratio) {  /* min(max(ratio, 0.0), 1.0) */
         if (ratio < 0.0)
@@ -48,7 +63,7 @@ static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, Py
     } else {
         v = Py_NewRef(Py_None);
     }
-    if (v == NULL || PyDict_SetItem(d, f_ratio, v) < 0) {
+    if (v == NULL || PyDict_SetItem(d, sample_key[S_RATIO], v) < 0) {
         Py_XDECREF(v);
         goto fail;
     }
@@ -56,7 +71,7 @@ static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, Py
     if ((r = field_value(fields, k_fb, &x)) < 0)
         goto fail;
     v = r ? PyLong_FromDouble(x * 1024 * 1024) : Py_NewRef(Py_None);  /* int(mib * 1024 * 1024) */
-    if (v == NULL || PyDict_SetItem(d, f_fb, v) < 0) {
+    if (v == NULL || PyDict_SetItem(d, sample_key[S_FB], v) < 0) {
         Py_XDECREF(v);
         goto fail;
     }
@@ -64,17 +79,17 @@ static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, Py
     if ((r = field_value(fields, k_power, &x)) < 0)
         goto fail;
     v = r ? PyDict_GetItemWithError(fields, k_power) : Py_None;  /* the value itself, as f.get() gives it */
-    if (v == NULL || PyDict_SetItem(d, f_power, v) < 0)
+    if (v == NULL || PyDict_SetItem(d, sample_key[S_POWER], v) < 0)
         goto fail;
     if ((r = field_value(fields, k_energy, &x)) < 0)
         goto fail;
     v = r ? PyFloat_FromDouble(x / 1000.0) : Py_NewRef(Py_None);
-    if (v == NULL || PyDict_SetItem(d, f_energy, v) < 0) {
+    if (v == NULL || PyDict_SetItem(d, sample_key[S_ENERGY], v) < 0) {
         Py_XDECREF(v);
         goto fail;
     }
     Py_DECREF(v);
-    if (PyDict_SetItem(d, f_model, model) < 0)
+    if (PyDict_SetItem(d, sample_key[S_MODEL], model) < 0)
         goto fail;
     if (pods != NULL) {  /* per-pod evidence needs two pods of one field: else () without asking */
         Py_ssize_t pos = 0;
@@ -88,15 +103,11 @@ static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, Py
     }
     if (pp == NULL && PyErr_Occurred())
         goto fail;
-    r = PyDict_SetItem(d, f_per_pod, pp != NULL ? pp : no_args);
+    r = PyDict_SetItem(d, sample_key[S_PER_POD], pp != NULL ? pp : no_args);
     Py_XDECREF(pp);
     if (r < 0)
         goto fail;
-    sample = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
-    if (sample == NULL || PyObject_GenericSetAttr(sample, k_dict, d) < 0) {
-        Py_XDECREF(sample);
-        sample = NULL;
-    }
+    sample = sample_object(cls, d);
     Py_DECREF(d);
     return sample;
 fail:
@@ -147,20 +158,15 @@ fail:
         return -1;
 
 int dcgm_samples_init(void) {
-    INTERN(k_sm, "sm_active")
-    INTERN(k_gr, "gr_active")
-    INTERN(k_util, "gpu_util_pct")
-    INTERN(k_fb, "fb_used_mib")
-    INTERN(k_power, "power_w")
-    INTERN(k_energy, "energy_mj")
+    static const char *fields[NFIELD] = {"sm_active", "gr_active", "gpu_util_pct", "fb_used_mib", "power_w",
+                                         "energy_mj"};
+    static const char *keys[S_N] = {"gpu_uuid", "gpu_instance_id", "sm_active_ratio", "fb_used_bytes", "power_w",
+                                    "energy_j", "model", "per_pod"};
+    int i;
+    for (i = 0; i < NFIELD; i++)
+        INTERN(dcgm_field[i], fields[i])
+    for (i = 0; i < S_N; i++)
+        INTERN(sample_key[i], keys[i])
     INTERN(k_dict, "__dict__")
-    INTERN(f_uuid, "gpu_uuid")
-    INTERN(f_instance, "gpu_instance_id")
-    INTERN(f_ratio, "sm_active_ratio")
-    INTERN(f_fb, "fb_used_bytes")
-    INTERN(f_power, "power_w")
-    INTERN(f_energy, "energy_j")
-    INTERN(f_model, "model")
-    INTERN(f_per_pod, "per_pod")
-    return (no_args = PyTuple_New(0)) == NULL ? -1 : 0;
+    return (dcgm_no_args = PyTuple_New(0)) == NULL ? -1 : 0;
 }

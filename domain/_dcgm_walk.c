@@ -407,7 +407,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dcgm_walk", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__dcgm_walk(void) {
-    if (dcgm_samples_init() < 0 || devices_init() < 0)
+    if (dcgm_samples_init() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -7,6 +7,13 @@
 
 PyObject *dcgm_samples(PyObject *self, PyObject *args);
 int dcgm_samples_init(void);  /* 0, or -1 with the error set */
+/* the names samples are built of, set by dcgm_samples_init: the exporter fields' (domain/dcgm.py
+ * _FIELDS' values, the three ratio fields first) and a DeviceSample's, in its dataclass's order */
+#define NFIELD 6  /* sm_active, gr_active, gpu_util_pct, fb_used_mib, power_w, energy_mj */
+extern PyObject *dcgm_field[NFIELD];
+enum { S_UUID, S_INSTANCE, S_RATIO, S_FB, S_POWER, S_ENERGY, S_MODEL, S_PER_POD, S_N };
+extern PyObject *sample_key[S_N], *dcgm_no_args;
+PyObject *sample_object(PyObject *cls, PyObject *fields);  /* cls with fields as its __dict__ (as ``built``) */
 
 /* domain/_dcgm_table.c: series found by their bytes, plain decimals read exactly, recent devices */
 #include <stdint.h>
@@ -34,8 +41,7 @@ PyObject *inner_dict(PyObject *d, PyObject *key);  /* d.setdefault(key, {}), bor
 Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction);
 
 /* domain/_dcgm_devices.c: a scrape's devices in C while the walk reads it, then its samples */
-#define NFIELD 6  /* sm_active, gr_active, gpu_util_pct (the ratio fields), fb_used_mib, power_w, energy_mj */
-#define NRATIO 3
+#define NRATIO 3  /* dcgm_field's first: the ratio fields */
 typedef struct {
     PyObject *key, *model;  /* new references */
     double value[NFIELD];
@@ -55,6 +61,5 @@ void devices_clear(Devices *ds);
 int devices_put(Devices *ds, PyObject *key, PyObject *field, PyObject *model, PyObject *pod, PyObject *ratio,
                 PyObject *value);
 PyObject *devices_samples(Devices *ds, PyObject *per_pod, PyObject *cls);  /* the samples in device order */
-int devices_init(void);  /* 0, or -1 with the error set */
 
 #endif
