@@ -60,43 +60,9 @@ enum { P_KIND, P_CONFIDENCE, P_NAMESPACE, P_POD_NAME, P_POD_UID, P_REASON, P_FAC
 static PyObject **const piece_names[P_N] = {&a_kind, &a_confidence, &a_namespace, &a_pod_name, &a_pod_uid,
                                             &a_reason, &a_fact_id, &a_tenant, &a_project};
 #define KEPT 512  /* pieces: a power of two */
-typedef struct {
-    PyObject *of, *v[P_N];
-    unsigned int tag;  /* the class's version when read, */
-    int versioned;  /* if it had one */
-} Kept;
+_Static_assert(P_N <= KEPT_FIELDS, "a piece's fields are kept whole");
 static Kept kept_pieces[KEPT];
 static Kept kept_pos;  /* the last source position (frozen too): a scrape's samples share one */
-
-static void forget(Kept *k, int n) {
-    int i;
-    Py_CLEAR(k->of);
-    for (i = 0; i < n; i++)
-        Py_CLEAR(k->v[i]);
-}
-
-/* o's fields names[0..n) as kept in k (read and kept there when k holds another object);
- * NULL with the error set where one cannot be read */
-static PyObject *const *kept_fields(Kept *k, Fields *f, PyObject *o, PyObject **const *names, int n) {
-    PyObject *v[P_N];
-    PyTypeObject *tp = Py_TYPE(o);
-    int i;
-    if (k->of == o && k->versioned && version_valid(tp) && tp->tp_version_tag == k->tag)
-        return k->v;
-    for (i = 0; i < n; i++) {
-        if ((v[i] = field_of(f, o, *names[i])) == NULL) {
-            while (i--)
-                Py_DECREF(v[i]);
-            return NULL;
-        }
-    }
-    forget(k, n);
-    k->of = Py_NewRef(o);
-    k->versioned = version_valid(tp);  /* (the reads gave the class a version) */
-    k->tag = tp->tp_version_tag;
-    memcpy(k->v, v, (size_t)n * sizeof v[0]);
-    return k->v;
-}
 
 static PyObject *const *piece_values(PyObject *piece) {
     return kept_fields(&kept_pieces[((uintptr_t)piece >> 4) & (KEPT - 1)], &piece_fields, piece, piece_names, P_N);
@@ -112,8 +78,8 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_XSETREF(piece_cls, Py_NewRef(piece));
     Py_XSETREF(pos_cls, Py_XNewRef(pos));
     for (i = 0; i < KEPT; i++)  /* of the classes set before */
-        forget(&kept_pieces[i], P_N);
-    forget(&kept_pos, 3);
+        kept_forget(&kept_pieces[i], P_N);
+    kept_forget(&kept_pos, 3);
     Py_RETURN_NONE;
 }
 

@@ -3,11 +3,14 @@
  * names read (a dataclass without slots), without the class's lookup of each name on each read.
  * The class is checked once per class and version of it (a class changed later, or a base of it,
  * has a new version and is checked again); any other object, and a name its __dict__ lacks, is
- * read with PyObject_GetAttr. And an exact int field as a long long (``as_ll``). Included by the C
- * modules under domain/ that read samples, pieces, source positions and the ownership book. */
+ * read with PyObject_GetAttr. And an exact int field as a long long (``as_ll``), and a frozen
+ * object's fields read once and kept (``kept_fields``). Included by the C modules under domain/
+ * that read samples, pieces, source positions and the ownership book. */
 #ifndef GPULEDGER_FIELDS_H
 #define GPULEDGER_FIELDS_H
 #include <Python.h>
+
+#include <string.h>
 
 typedef struct {
     PyObject **const *names;  /* the (interned) names read of these objects */
@@ -68,6 +71,47 @@ static inline int as_ll(PyObject *v, long long *out) {
     if (*out == -1 && PyErr_Occurred())
         return -1;
     return !overflow;
+}
+
+/* An object's fields read once and kept for the reads after (``kept_fields``), where the object
+ * is frozen: the object held while kept (so no other object takes its address), with the version
+ * of its class they were read at (a class changed since, a property given to it, is read anew). */
+#define KEPT_FIELDS 9
+typedef struct {
+    PyObject *of, *v[KEPT_FIELDS];
+    unsigned int tag;  /* the class's version when read, */
+    int versioned;  /* if it had one */
+} Kept;
+
+static inline void kept_forget(Kept *k, int n) {
+    int i;
+    Py_CLEAR(k->of);
+    for (i = 0; i < n; i++)
+        Py_CLEAR(k->v[i]);
+}
+
+/* o's fields names[0..n) (n <= KEPT_FIELDS) as kept in k, read and kept there when k holds
+ * another object (borrowed: kept until k keeps another); NULL with the error set where one
+ * cannot be read */
+static inline PyObject *const *kept_fields(Kept *k, Fields *f, PyObject *o, PyObject **const *names, int n) {
+    PyObject *v[KEPT_FIELDS];
+    PyTypeObject *tp = Py_TYPE(o);
+    int i;
+    if (k->of == o && k->versioned && version_valid(tp) && tp->tp_version_tag == k->tag)
+        return k->v;
+    for (i = 0; i < n; i++) {
+        if ((v[i] = field_of(f, o, *names[i])) == NULL) {
+            while (i--)
+                Py_DECREF(v[i]);
+            return NULL;
+        }
+    }
+    kept_forget(k, n);
+    k->of = Py_NewRef(o);
+    k->versioned = version_valid(tp);  /* (the reads gave the class a version) */
+    k->tag = tp->tp_version_tag;
+    memcpy(k->v, v, (size_t)n * sizeof v[0]);
+    return k->v;
 }
 
 #endif
