@@ -182,7 +182,7 @@ static int before(PyObject *a, PyObject *b) {
 
 /* The per_pod field of a device's sample: () unless a ratio field has two pods' values, else
  * what domain/dcgm.py ``_per_pod`` makes of every ratio field's values. */
-static PyObject *per_pod_of(Device *d, PyObject *per_pod) {
+static PyObject *per_pod_of(const Device *d, PyObject *per_pod) {
     PyObject *by_field, *out;
     int i, two = 0;
     for (i = 0; i < NRATIO; i++)
@@ -247,21 +247,22 @@ static PyObject *ratio_of(const Device *d) {
     return PyFloat_FromDouble(r < 0.0 ? 0.0 : r > 1.0 ? 1.0 : r);  /* min(max(r, 0.0), 1.0) */
 }
 
-/* The sample of a device, its fields put in the order domain/_dcgm_samples.c puts them. */
-static PyObject *device_sample(Device *d, PyObject *per_pod, PyObject *cls) {
-    PyObject *dict = _PyDict_NewPresized(8), *sample = NULL;
-    if (dict == NULL)
+PyObject *device_sample(const Device *d, PyObject *per_pod_value, PyObject *cls) {
+    PyObject *dict, *sample = NULL;
+    if (per_pod_value == NULL || (dict = _PyDict_NewPresized(8)) == NULL) {  /* 8 fields, without a resize */
+        Py_XDECREF(per_pod_value);
         return NULL;
+    }
 #define K(name) sample_key[S_##name]
     if (PyDict_SetItem(dict, K(UUID), PyTuple_GET_ITEM(d->key, 0)) < 0 ||
         PyDict_SetItem(dict, K(INSTANCE), PyTuple_GET_ITEM(d->key, 1)) < 0 || put(dict, K(RATIO), ratio_of(d)) < 0 ||
         put(dict, K(FB), d->has & 8u ? PyLong_FromDouble(d->value[3] * 1024 * 1024) : Py_NewRef(Py_None)) < 0 ||
         put(dict, K(POWER), optional(d, 4, 1.0)) < 0 || put(dict, K(ENERGY), optional(d, 5, 1000.0)) < 0 ||
-        PyDict_SetItem(dict, K(MODEL), d->model) < 0 || put(dict, K(PER_POD), per_pod_of(d, per_pod)) < 0)
+        PyDict_SetItem(dict, K(MODEL), d->model) < 0)
+        Py_DECREF(per_pod_value);
+    else if (put(dict, K(PER_POD), per_pod_value) == 0)
+        sample = sample_object(cls, dict);
 #undef K
-        goto done;
-    sample = sample_object(cls, dict);
-done:
     Py_DECREF(dict);
     return sample;
 }
@@ -287,7 +288,7 @@ PyObject *devices_samples(Devices *ds, PyObject *per_pod, PyObject *cls) {
     if ((out = PyList_New(ds->n)) == NULL)
         return NULL;
     for (i = 0; i < ds->n; i++) {
-        PyObject *s = device_sample(&ds->d[i], per_pod, cls);
+        PyObject *s = device_sample(&ds->d[i], per_pod_of(&ds->d[i], per_pod), cls);
         if (s == NULL) {
             Py_DECREF(out);
             return NULL;

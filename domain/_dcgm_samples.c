@@ -21,9 +21,10 @@ PyObject *sample_object(PyObject *cls, PyObject *fields) {
 }
 
 /* The scrape's samples from what the walk gathered (domain/dcgm.py ``_samples`` is the
- * reference): one DeviceSample per device key, in the order of ``keys``, built as
- * domain/facts.py ``built`` builds it (object.__new__, then its __dict__). NULL with no error
- * set where a value is not a float (then the reference builds them). */
+ * reference): one DeviceSample per device key, in the order of ``keys``, each a device of its
+ * fields' values built as the devices in C build theirs (domain/_dcgm_devices.c
+ * ``device_sample``). NULL with no error set where a value is not a float (then the reference
+ * builds them). */
 static int field_value(PyObject *fields, PyObject *name, double *out) {
     PyObject *v = PyDict_GetItemWithError(fields, name);
     if (v == NULL)
@@ -36,61 +37,20 @@ static int field_value(PyObject *fields, PyObject *name, double *out) {
 
 static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, PyObject *pods, PyObject *per_pod,
                             PyObject *cls, int *not_float) {
-    PyObject *d = NULL, *v, *sample = NULL, *pp = NULL;
-    double ratio = 0, x;
-    int has_ratio = 0, r;
+    Device d = {.key = key, .model = model};  /* (borrowed: device_sample takes what it keeps) */
+    PyObject *pp = NULL;
+    int i, r;
     if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2 || !PyDict_CheckExact(fields)) {
         *not_float = 1;
         return NULL;
     }
-    if ((r = field_value(fields, k_sm, &ratio)) == 0)
-        r = field_value(fields, k_gr, &ratio);
-    if (r == 0 && (r = field_value(fields, k_util, &ratio)) == 1)
-        ratio = ratio / 100.0;
-    if (r < 0)
-        goto fail;
-    has_ratio = r == 1;
-    d = _PyDict_NewPresized(8);  /* the sample's 8 fields, without a resize on the way */
-    if (d == NULL || PyDict_SetItem(d, sample_key[S_UUID], PyTuple_GET_ITEM(key, 0)) < 0 ||
-        PyDict_SetItem(d, sample_key[S_INSTANCE], PyTuple_GET_ITEM(key, 1)) < 0)
-        goto fail;
-    if (has_ratio) {  /* min(max(ratio, 0.0), 1.0) */
-        if (ratio < 0.0)
-            ratio = 0.0;
-        else if (ratio > 1.0)
-            ratio = 1.0;
-        v = PyFloat_FromDouble(ratio);
-    } else {
-        v = Py_NewRef(Py_None);
+    for (i = 0; i < NFIELD; i++) {
+        if ((r = field_value(fields, dcgm_field[i], &d.value[i])) < 0) {
+            *not_float = r == -2;
+            return NULL;
+        }
+        d.has |= (unsigned)r << i;
     }
-    if (v == NULL || PyDict_SetItem(d, sample_key[S_RATIO], v) < 0) {
-        Py_XDECREF(v);
-        goto fail;
-    }
-    Py_DECREF(v);
-    if ((r = field_value(fields, k_fb, &x)) < 0)
-        goto fail;
-    v = r ? PyLong_FromDouble(x * 1024 * 1024) : Py_NewRef(Py_None);  /* int(mib * 1024 * 1024) */
-    if (v == NULL || PyDict_SetItem(d, sample_key[S_FB], v) < 0) {
-        Py_XDECREF(v);
-        goto fail;
-    }
-    Py_DECREF(v);
-    if ((r = field_value(fields, k_power, &x)) < 0)
-        goto fail;
-    v = r ? PyDict_GetItemWithError(fields, k_power) : Py_None;  /* the value itself, as f.get() gives it */
-    if (v == NULL || PyDict_SetItem(d, sample_key[S_POWER], v) < 0)
-        goto fail;
-    if ((r = field_value(fields, k_energy, &x)) < 0)
-        goto fail;
-    v = r ? PyFloat_FromDouble(x / 1000.0) : Py_NewRef(Py_None);
-    if (v == NULL || PyDict_SetItem(d, sample_key[S_ENERGY], v) < 0) {
-        Py_XDECREF(v);
-        goto fail;
-    }
-    Py_DECREF(v);
-    if (PyDict_SetItem(d, sample_key[S_MODEL], model) < 0)
-        goto fail;
     if (pods != NULL) {  /* per-pod evidence needs two pods of one field: else () without asking */
         Py_ssize_t pos = 0;
         PyObject *field, *by_pod;
@@ -98,23 +58,10 @@ static PyObject *one_sample(PyObject *key, PyObject *fields, PyObject *model, Py
         while (PyDict_Next(pods, &pos, &field, &by_pod))
             if (!PyDict_CheckExact(by_pod) || PyDict_GET_SIZE(by_pod) >= 2)
                 two = 1;
-        if (two)
-            pp = PyObject_CallOneArg(per_pod, pods);
+        if (two && (pp = PyObject_CallOneArg(per_pod, pods)) == NULL)
+            return NULL;
     }
-    if (pp == NULL && PyErr_Occurred())
-        goto fail;
-    r = PyDict_SetItem(d, sample_key[S_PER_POD], pp != NULL ? pp : no_args);
-    Py_XDECREF(pp);
-    if (r < 0)
-        goto fail;
-    sample = sample_object(cls, d);
-    Py_DECREF(d);
-    return sample;
-fail:
-    if (r == -2)
-        *not_float = 1;
-    Py_XDECREF(d);
-    return NULL;
+    return device_sample(&d, pp != NULL ? pp : Py_NewRef(no_args), cls);
 }
 
 PyObject *dcgm_samples(PyObject *self, PyObject *args) {
