@@ -99,7 +99,7 @@ PyObject *built_object(PyObject *cls, PyObject *d) {
 static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyObject **confidence_out) {
     PyObject *cluster, *node, *t, *s, *pos, *device, *a, *b, *piece, *why, *per_pod, *held, *n_targets;
     PyObject *ratio = NULL, *kind = NULL, *confidence = NULL, *reason = NULL, *d = NULL, *result = NULL;
-    PyObject *pk = NULL, *pc = NULL, *ns = NULL, *pn = NULL, *uid = NULL, *parts[5], *vals[NFIELDS] = {NULL};
+    PyObject *pk, *pc, *ns, *pn, *uid, *parts[5], *vals[NFIELDS] = {NULL};  /* (pk .. uid: borrowed from kept) */
     PyObject *const *pv = NULL, *const *at = NULL, *kept[P_N] = {NULL};  /* the piece's fields, the position's */
     long long t_ms, a_ms, b_ms, span;
     int overflow, i;
@@ -142,8 +142,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
         for (i = 0; i < P_N; i++)  /* held here: Python run below (a part's str()) may replace the kept ones */
             kept[i] = Py_NewRef(pv[i]);
         pv = kept;
-        pk = Py_NewRef(pv[P_KIND]);
-        pc = Py_NewRef(pv[P_CONFIDENCE]);
+        pk = pv[P_KIND], pc = pv[P_CONFIDENCE];
         if (!PyUnicode_CheckExact(pk) || !PyUnicode_CheckExact(pc))
             FALLBACK();
         if (PyUnicode_Compare(pk, s_allocated) == 0 && PyUnicode_Compare(pc, s_unattributed) != 0) {
@@ -152,8 +151,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
             confidence = Py_NewRef(pc);
             reason = Py_NewRef(why);
             own = NULL;
-            ns = Py_NewRef(pv[P_NAMESPACE]);
-            pn = Py_NewRef(pv[P_POD_NAME]);
+            ns = pv[P_NAMESPACE], pn = pv[P_POD_NAME];
             /* no pod's own series: nothing to look up (a key of two str hashes, as the reference's does) */
             if (PyDict_GET_SIZE(per_pod) > 0 || !PyUnicode_CheckExact(ns) || !PyUnicode_CheckExact(pn)) {
                 if ((key = PyTuple_Pack(2, ns, pn)) == NULL)
@@ -165,7 +163,7 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
             }
             if (own != NULL) {  /* the pod's own series: relative to the share it holds */
                 double x, n, hv;
-                uid = Py_NewRef(pv[P_POD_UID]);
+                uid = pv[P_POD_UID];
                 h = PyDict_GetItemWithError(held, uid);
                 if (h == NULL && PyErr_Occurred())
                     goto done;
@@ -188,20 +186,15 @@ static PyObject *build(PyObject *const *args, Py_ssize_t nargs, int encoded, PyO
                 }
             }
         } else {
-            PyObject *pr = Py_NewRef(pv[P_REASON]);
-            if (!PyUnicode_CheckExact(pr)) {
-                Py_DECREF(pr);
+            PyObject *pr = pv[P_REASON];
+            if (!PyUnicode_CheckExact(pr))
                 FALLBACK();
-            }
             kind = Py_NewRef(pk);
             confidence = Py_NewRef(s_unattributed);
-            if (PyUnicode_GET_LENGTH(pr)) {
-                reason = pr;
-            } else {
-                Py_DECREF(pr);
-                if ((reason = PyUnicode_FromFormat("device %U", pk)) == NULL)
-                    goto done;
-            }
+            if (PyUnicode_GET_LENGTH(pr))
+                reason = Py_NewRef(pr);
+            else if ((reason = PyUnicode_FromFormat("device %U", pk)) == NULL)
+                goto done;
         }
     }
     /* the fact's 23 fields, in the order of its dataclass and its Avro schema; the first that
@@ -264,11 +257,6 @@ done:
     Py_XDECREF(confidence);
     Py_XDECREF(reason);
     Py_XDECREF(d);
-    Py_XDECREF(pk);
-    Py_XDECREF(pc);
-    Py_XDECREF(ns);
-    Py_XDECREF(pn);
-    Py_XDECREF(uid);
     return result;
 }
 
