@@ -187,7 +187,7 @@ class Attributor(SampleAttribution):
         self.counters.scrapes += 1
         self.counters.samples += len(samples)
         node_end = self._node_end_ms(node)
-        median = None if node_end is None else st.scrape_cadence.median_ms()  # (sorted once per interval learnt)
+        median = None if node_end is None else st.scrape_cadence.median_ms()  # (asked only where it is used)
         if node_end is not None and median is not None and observed_at_ms < node_end <= observed_at_ms + median:
             # the node's last scrape before it leaves the inventory: one cadence, never past its end
             self._end_scrape(node, st, observed_at_ms, min(observed_at_ms + median, node_end))

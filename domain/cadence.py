@@ -36,15 +36,13 @@ class Cadence:
     place, the one dropped taken out), with no sort again."""
 
     intervals_ms: list[int] = field(default_factory=list)
-    _median: int | None = field(default=None, init=False, repr=False, compare=False)
-    _known: bool = field(default=False, init=False, repr=False, compare=False)
-    _sorted: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
+    _sorted: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # None: not asked yet
 
     def median_ms(self) -> int | None:
-        if not self._known:
+        ordered = self._sorted
+        if ordered is None:
             ordered = self._sorted = sorted(self.intervals_ms)
-            self._median, self._known = (ordered[len(ordered) // 2] if ordered else None), True
-        return self._median
+        return ordered[len(ordered) // 2] if ordered else None
 
     def stale_after_ms(self, ceiling_ms: int) -> int:
         """The longest interval a sample can stand for."""
@@ -58,12 +56,11 @@ class Cadence:
         if end == next_ms:
             learnt, intervals = next_ms - last_ms, self.intervals_ms
             intervals.append(learnt)
-            if self._known:  # the sorted copy follows
-                ordered = self._sorted
+            ordered = self._sorted
+            if ordered is not None:  # the sorted copy follows
                 insort(ordered, learnt)
                 while len(intervals) > WINDOW:
                     del ordered[bisect_left(ordered, intervals.pop(0))]
-                self._median = ordered[len(ordered) // 2]
             else:
                 del intervals[:-WINDOW]
         return end
