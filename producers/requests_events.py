@@ -245,7 +245,7 @@ class RequestHttpReceiver:
         self._now_ms: Callable[[], int] | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
-        self.slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
+        self._in_progress, self._slots_lock = 0, threading.Lock()
         server_class = metrics_http.server_class(":" in host)
         try:
             self._server = server_class((host, int(port)), _handler(self))
@@ -269,6 +269,24 @@ class RequestHttpReceiver:
             self._server.shutdown()
             self._server.server_close()
             serving.join(5)
+
+    @property
+    def in_progress(self) -> int:
+        """Requests holding a slot now: reading their body, waiting for the sink or answering."""
+        with self._slots_lock:
+            return self._in_progress
+
+    def hold_slot(self) -> bool:
+        """Take one of the ``MAX_CONNECTIONS`` slots; False when every one is held."""
+        with self._slots_lock:
+            if self._in_progress >= self.MAX_CONNECTIONS:
+                return False
+            self._in_progress += 1
+            return True
+
+    def release_slot(self) -> None:
+        with self._slots_lock:
+            self._in_progress -= 1
 
     def reporter(self, authorization: str | None) -> Reporter | None:
         directory = self.reporters.get() if isinstance(self.reporters, ReportersFile) else self.reporters
@@ -333,7 +351,7 @@ def _handler(receiver: RequestHttpReceiver):
             if int(length) > receiver.MAX_BODY_BYTES:
                 self._answer(413, {"error": f"body over {receiver.MAX_BODY_BYTES} bytes: send smaller batches"})
                 return
-            if not receiver.slots.acquire(blocking=False):
+            if not receiver.hold_slot():
                 self._answer(503, {"error": f"{receiver.MAX_CONNECTIONS} requests in progress: retry"})
                 return
             try:
@@ -344,7 +362,7 @@ def _handler(receiver: RequestHttpReceiver):
                     return
                 self._answer(*receiver.accept(body, reporter))
             finally:
-                receiver.slots.release()
+                receiver.release_slot()
 
         def _answer(self, status: int, doc: dict) -> None:
             body = orjson.dumps(doc)
