@@ -80,6 +80,8 @@ def closed_demand(book: OwnershipBook, cluster_id: str, k8s_watermark_ms: int, d
     for pod in book.pods.values():
         if not (pod.gpus or pod.mig_requests):
             continue
+        if pod.uid in done and (pod.end_ms is None or pod.end_ms > k8s_watermark_ms or f"{pod.uid}/{ENDED}" in done):
+            continue  # its wait is a fact, and its end is not closed or a fact too: nothing new (most pods, most passes)
         asks = ([("", pod.gpus)] if pod.gpus else []) + sorted(pod.mig_requests.items())
         if f"{pod.uid}/{ENDED}" not in done and pod.end_ms is not None and pod.end_ms <= k8s_watermark_ms:
             done.add(f"{pod.uid}/{ENDED}")
