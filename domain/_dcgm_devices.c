@@ -219,16 +219,6 @@ fail:
     return NULL;
 }
 
-/* d[name] = v, v a new reference or NULL (an error); 0 or -1 */
-static int put(PyObject *d, PyObject *name, PyObject *v) {
-    int r;
-    if (v == NULL)
-        return -1;
-    r = PyDict_SetItem(d, name, v);
-    Py_DECREF(v);
-    return r;
-}
-
 static PyObject *optional(const Device *d, int at, double scale) {
     return d->has & (1u << at) ? PyFloat_FromDouble(d->value[at] / scale) : Py_NewRef(Py_None);
 }
@@ -248,23 +238,16 @@ static PyObject *ratio_of(const Device *d) {
 }
 
 PyObject *device_sample(const Device *d, PyObject *per_pod_value, PyObject *cls) {
-    PyObject *dict, *sample = NULL;
-    if (per_pod_value == NULL || (dict = _PyDict_NewPresized(8)) == NULL) {  /* 8 fields, without a resize */
-        Py_XDECREF(per_pod_value);
-        return NULL;
-    }
-#define K(name) sample_key[S_##name]
-    if (PyDict_SetItem(dict, K(UUID), PyTuple_GET_ITEM(d->key, 0)) < 0 ||
-        PyDict_SetItem(dict, K(INSTANCE), PyTuple_GET_ITEM(d->key, 1)) < 0 || put(dict, K(RATIO), ratio_of(d)) < 0 ||
-        put(dict, K(FB), d->has & 8u ? PyLong_FromDouble(d->value[3] * 1024 * 1024) : Py_NewRef(Py_None)) < 0 ||
-        put(dict, K(POWER), optional(d, 4, 1.0)) < 0 || put(dict, K(ENERGY), optional(d, 5, 1000.0)) < 0 ||
-        PyDict_SetItem(dict, K(MODEL), d->model) < 0)
-        Py_DECREF(per_pod_value);
-    else if (put(dict, K(PER_POD), per_pod_value) == 0)
-        sample = sample_object(cls, dict);
-#undef K
-    Py_DECREF(dict);
-    return sample;
+    PyObject *v[S_N];
+    v[S_UUID] = Py_NewRef(PyTuple_GET_ITEM(d->key, 0));
+    v[S_INSTANCE] = Py_NewRef(PyTuple_GET_ITEM(d->key, 1));
+    v[S_RATIO] = ratio_of(d);
+    v[S_FB] = d->has & 8u ? PyLong_FromDouble(d->value[3] * 1024 * 1024) : Py_NewRef(Py_None);
+    v[S_POWER] = optional(d, 4, 1.0);
+    v[S_ENERGY] = optional(d, 5, 1000.0);
+    v[S_MODEL] = Py_NewRef(d->model);
+    v[S_PER_POD] = per_pod_value;
+    return sample_new(cls, v);
 }
 
 PyObject *devices_samples(Devices *ds, PyObject *per_pod, PyObject *cls) {

@@ -1,6 +1,7 @@
 /* The scrape's samples in C, the second half of the _dcgm_walk module (domain/_dcgm_walk.c:
  * the walk, and the module): ``samples(keys, per_gpu, models, pod_values, per_pod, cls)``. */
 #include "_dcgm_walk.h"  /* Python.h first, as it must be */
+#include "_fields.h"
 
 /* the names of domain/_dcgm_walk.h, shared with domain/_dcgm_devices.c */
 PyObject *dcgm_field[NFIELD], *sample_key[S_N], *dcgm_no_args;
@@ -13,10 +14,48 @@ static PyObject *k_dict;
 #define k_energy dcgm_field[5]
 #define no_args dcgm_no_args
 
-PyObject *sample_object(PyObject *cls, PyObject *fields) {
-    PyObject *sample = PyBaseObject_Type.tp_new((PyTypeObject *)cls, dcgm_no_args, NULL);
-    if (sample != NULL && PyObject_GenericSetAttr(sample, k_dict, fields) < 0)
+/* DeviceSample's fields, in its dataclass's order: where its class keeps them in slots, a
+ * sample is built by setting its slots (no dict built and adopted) */
+static Fields sample_fields = FIELDS(&sample_key[S_UUID], &sample_key[S_INSTANCE], &sample_key[S_RATIO],
+                                     &sample_key[S_FB], &sample_key[S_POWER], &sample_key[S_ENERGY],
+                                     &sample_key[S_MODEL], &sample_key[S_PER_POD]);
+
+PyObject *sample_new(PyObject *cls, PyObject **v) {
+    PyObject *sample = NULL, *dict = NULL;
+    int i;
+    for (i = 0; i < S_N; i++)
+        if (v[i] == NULL)
+            goto done;  /* (its maker's error) */
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "a sample class must be a class");
+        goto done;
+    }
+    if ((sample = PyBaseObject_Type.tp_new((PyTypeObject *)cls, dcgm_no_args, NULL)) == NULL)
+        goto done;
+    if (fields_plain(&sample_fields, (PyTypeObject *)cls) == FIELDS_SLOTS) {
+        for (i = 0; i < S_N; i++) {
+            PyObject **at = (PyObject **)((char *)sample + sample_fields.offset[i]);
+            Py_XSETREF(*at, v[i]);
+            v[i] = NULL;
+        }
+        goto done;
+    }
+    if ((dict = _PyDict_NewPresized(S_N)) == NULL) {  /* its __dict__, adopted (as ``built``) */
         Py_CLEAR(sample);
+        goto done;
+    }
+    for (i = 0; i < S_N; i++) {
+        if (PyDict_SetItem(dict, sample_key[i], v[i]) < 0) {
+            Py_CLEAR(sample);
+            goto done;
+        }
+    }
+    if (PyObject_GenericSetAttr(sample, k_dict, dict) < 0)
+        Py_CLEAR(sample);
+done:
+    Py_XDECREF(dict);
+    for (i = 0; i < S_N; i++)
+        Py_XDECREF(v[i]);
     return sample;
 }
 

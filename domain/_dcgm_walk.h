@@ -13,7 +13,9 @@ int dcgm_samples_init(void);  /* 0, or -1 with the error set */
 extern PyObject *dcgm_field[NFIELD];
 enum { S_UUID, S_INSTANCE, S_RATIO, S_FB, S_POWER, S_ENERGY, S_MODEL, S_PER_POD, S_N };
 extern PyObject *sample_key[S_N], *dcgm_no_args;
-PyObject *sample_object(PyObject *cls, PyObject *fields);  /* cls with fields as its __dict__ (as ``built``) */
+/* a sample of cls from its S_N fields' values (new references, taken; NULL where one could not
+ * be made): in its slots, or as its __dict__ (as ``built``) */
+PyObject *sample_new(PyObject *cls, PyObject **values);
 
 /* domain/_dcgm_table.c: series found by their bytes, plain decimals read exactly, recent devices */
 #include <stdint.h>

@@ -1,27 +1,34 @@
-/* A dataclass instance's fields read from its __dict__, in C: what PyObject_GetAttr answers for an
- * object whose class reads attributes the generic way and defines no data descriptor of the
- * names read (a dataclass without slots), without the class's lookup of each name on each read.
- * The class is checked once per class and version of it (a class changed later, or a base of it,
- * has a new version and is checked again); any other object, and a name its __dict__ lacks, is
- * read with PyObject_GetAttr. And an exact int field as a long long (``as_ll``), and a frozen
- * object's fields read once and kept (``kept_fields``). Included by the C modules under domain/
- * that read samples, pieces, source positions and the ownership book. */
+/* A dataclass instance's fields read in C: from its __dict__, or from its slots for a class
+ * with __slots__, which is what PyObject_GetAttr answers for an object whose class reads
+ * attributes the generic way and defines no other data descriptor of the names read (a
+ * dataclass, with or without slots), without the class's lookup of each name on each read.
+ * The class is checked once per class and version of it (a class changed later, or a base of
+ * it, has a new version and is checked again); any other object, a name its __dict__ lacks and
+ * a slot not set are read with PyObject_GetAttr. And an exact int field as a long long
+ * (``as_ll``), and a frozen object's fields read once and kept (``kept_fields``). Included by
+ * the C modules under domain/ that read samples, pieces, source positions and the ownership
+ * book. */
 #ifndef GPULEDGER_FIELDS_H
 #define GPULEDGER_FIELDS_H
 #include <Python.h>
+#include <structmember.h>
 
 #include <string.h>
 
+#define FIELDS_MAX 16
+enum { FIELDS_GETATTR, FIELDS_DICT, FIELDS_SLOTS };  /* how a class's instances are read */
+
 typedef struct {
-    PyObject **const *names;  /* the (interned) names read of these objects */
+    PyObject **const *names;  /* the (interned) names read of these objects, at most FIELDS_MAX */
     int n;
     PyTypeObject *tp;  /* the class checked last, */
     unsigned int tag;  /* at this version of it: */
-    int plain;  /* are the names its instances' __dict__ entries? */
+    int plain;  /* are the names its instances' __dict__ entries (FIELDS_DICT), its slots (FIELDS_SLOTS)? */
+    Py_ssize_t offset[FIELDS_MAX];  /* FIELDS_SLOTS: each name's slot, in bytes from the object's start */
 } Fields;
 
 #define FIELDS(...) {(PyObject **const[]){__VA_ARGS__}, sizeof((PyObject **[]){__VA_ARGS__}) / sizeof(PyObject **), \
-                     NULL, 0, 0}
+                     NULL, 0, 0, {0}}
 
 /* Does the class have a version now (tp_version_tag names it)? */
 static inline int version_valid(PyTypeObject *tp) {
@@ -32,24 +39,38 @@ static inline int version_valid(PyTypeObject *tp) {
 #endif
 }
 
+/* A descriptor the class's __slots__ made: an object slot read as it is (no audit hook). */
+static inline int slot_member(PyObject *d, Py_ssize_t *offset) {
+    PyMemberDef *m;
+    if (d == NULL || Py_TYPE(d) != &PyMemberDescr_Type)
+        return 0;
+    m = ((PyMemberDescrObject *)d)->d_member;
+    if (m->type != T_OBJECT_EX || (m->flags & READ_RESTRICTED))
+        return 0;
+    *offset = m->offset;
+    return 1;
+}
+
 static inline int fields_plain(Fields *f, PyTypeObject *tp) {
-    int i, plain;
+    int i, dict, slots;
     if (tp == f->tp && version_valid(tp) && tp->tp_version_tag == f->tag)
         return f->plain;
-    plain = tp->tp_getattro == PyObject_GenericGetAttr;
-    for (i = 0; plain && i < f->n; i++) {
+    dict = slots = tp->tp_getattro == PyObject_GenericGetAttr && f->n <= FIELDS_MAX;
+    for (i = 0; (dict || slots) && i < f->n; i++) {
         PyObject *d = _PyType_Lookup(tp, *f->names[i]);  /* (which gives the class a version) */
-        plain = d == NULL || Py_TYPE(d)->tp_descr_set == NULL;
+        dict = dict && (d == NULL || Py_TYPE(d)->tp_descr_set == NULL);
+        slots = slots && slot_member(d, &f->offset[i]);
     }
     f->tp = tp;
     f->tag = tp->tp_version_tag;
-    f->plain = plain && version_valid(tp);
+    f->plain = !version_valid(tp) ? FIELDS_GETATTR : dict ? FIELDS_DICT : slots ? FIELDS_SLOTS : FIELDS_GETATTR;
     return f->plain;
 }
 
 /* o.name, a new reference (NULL with an error set where it cannot be read) */
 static inline PyObject *field_of(Fields *f, PyObject *o, PyObject *name) {
-    if (fields_plain(f, Py_TYPE(o))) {
+    int plain = fields_plain(f, Py_TYPE(o)), i;
+    if (plain == FIELDS_DICT) {
         PyObject **dict = _PyObject_GetDictPtr(o);
         if (dict != NULL && *dict != NULL) {
             PyObject *v = PyDict_GetItemWithError(*dict, name);
@@ -57,6 +78,15 @@ static inline PyObject *field_of(Fields *f, PyObject *o, PyObject *name) {
                 return Py_NewRef(v);
             if (PyErr_Occurred())
                 return NULL;
+        }
+    } else if (plain == FIELDS_SLOTS) {
+        for (i = 0; i < f->n; i++) {
+            if (*f->names[i] == name) {
+                PyObject *v = *(PyObject **)((char *)o + f->offset[i]);
+                if (v != NULL)
+                    return Py_NewRef(v);
+                break;  /* not set: AttributeError, as Python answers */
+            }
         }
     }
     return PyObject_GetAttr(o, name);

@@ -38,7 +38,7 @@ _FIELDS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (slots: built and read in C without a dict per sample)
 class DeviceSample:
     gpu_uuid: str
     gpu_instance_id: int | None
@@ -98,15 +98,12 @@ def sample_of(row) -> DeviceSample:
     """The sample of a row of its fields in order (how attribution checkpoints hold queued
     samples; a shorter row, from state written before the later fields existed, takes their
     defaults)."""
-    if len(row) != len(_SAMPLE_FIELDS):
-        return DeviceSample(*row)
-    return built(DeviceSample, dict(zip(_SAMPLE_FIELDS, row)))
+    return DeviceSample(*row)
 
 
 def row_of(sample: DeviceSample) -> list:
     """A sample as a row of its fields in order (``sample_of``'s inverse)."""
-    fields = vars(sample)
-    return [fields[name] for name in _SAMPLE_FIELDS]
+    return [getattr(sample, name) for name in _SAMPLE_FIELDS]
 
 
 @dataclass(frozen=True)
@@ -414,11 +411,11 @@ def _samples(keys: list, per_gpu: dict, models: dict, pod_values: dict) -> list[
         ratio = f.get("sm_active", f.get("gr_active"))
         if ratio is None and "gpu_util_pct" in f:
             ratio = f["gpu_util_pct"] / 100.0
-        samples.append(built(DeviceSample, {
-            "gpu_uuid": key[0], "gpu_instance_id": key[1],
-            "sm_active_ratio": None if ratio is None else min(max(ratio, 0.0), 1.0),
-            "fb_used_bytes": None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
-            "power_w": f.get("power_w"),
-            "energy_j": None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
-            "model": models[key], "per_pod": _per_pod(pod_values[key]) if key in pod_values else ()}))
+        samples.append(DeviceSample(
+            gpu_uuid=key[0], gpu_instance_id=key[1],
+            sm_active_ratio=None if ratio is None else min(max(ratio, 0.0), 1.0),
+            fb_used_bytes=None if "fb_used_mib" not in f else int(f["fb_used_mib"] * 1024 * 1024),
+            power_w=f.get("power_w"),
+            energy_j=None if "energy_mj" not in f else f["energy_mj"] / 1000.0,
+            model=models[key], per_pod=_per_pod(pod_values[key]) if key in pod_values else ()))
     return samples

@@ -41,9 +41,11 @@ def _outcome(text: str, path: str) -> tuple:
 
 
 def _fields(sample) -> str:
-    """A sample's fields in the order of its __dict__, exactly (-0.0 apart from 0.0, an int from a
-    float): what the samples in C must build as the reference builds it."""
-    return repr([(k, type(v).__name__, v) for k, v in vars(sample).items()])
+    """A sample's class and fields in its dataclass's order, exactly (-0.0 apart from 0.0, an int
+    from a float), and its __dict__ where it has one (a DeviceSample keeps its fields in slots):
+    what the samples in C must build as the reference builds it."""
+    values = [(k, type(v).__name__, v) for k, v in ((f, getattr(sample, f)) for f in dcgm._SAMPLE_FIELDS)]
+    return repr((type(sample), values, getattr(sample, "__dict__", None)))
 
 
 def _both(text: str) -> tuple:
@@ -147,7 +149,7 @@ def _samples_both(per_gpu: dict, models: dict, pod_values: dict) -> tuple:
                   lambda: dcgm._samples(keys, per_gpu, models, pod_values)):
         try:
             got = build()
-            out.append(("built", got if got is None else [(repr(vars(x)), type(x)) for x in got]))  # nan, -0.0
+            out.append(("built", got if got is None else [_fields(x) for x in got]))  # nan, -0.0
         except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
             out.append(("raises", type(exc).__name__, str(exc)))
     return tuple(out)
@@ -189,6 +191,35 @@ def test_samples_refuse_as_the_reference_does():
         assert c == py and c[0] == "raises"
     c, py = _samples_both({("GPU-a", None): {}}, {}, {})
     assert c[0] == py[0] == "raises" and c[1] == py[1] == "KeyError"
+
+
+def test_samples_of_a_class_without_slots_are_built_with_their_dict():
+    """A DeviceSample keeps its fields in slots, and C sets them; a sample class of the same
+    fields without slots is built as ``built`` builds one: its __dict__, in the fields' order."""
+    from dataclasses import dataclass, fields as fields_of
+
+    @dataclass(frozen=True)
+    class DictSample:
+        gpu_uuid: str
+        gpu_instance_id: int | None
+        sm_active_ratio: float | None
+        fb_used_bytes: int | None
+        power_w: float | None
+        energy_j: float | None
+        model: str = ""
+        per_pod: tuple = ()
+
+    assert [f.name for f in fields_of(DictSample)] == list(dcgm._SAMPLE_FIELDS)
+    per_gpu = {("GPU-a", None): {"sm_active": 0.5, "fb_used_mib": 2.0, "energy_mj": 5.0}, ("GPU-b", 3): {}}
+    models = {("GPU-a", None): "H100", ("GPU-b", 3): ""}
+    keys = sorted(per_gpu, key=dcgm._device_order)
+    slotted = _dcgm_walk.samples(keys, per_gpu, models, {}, dcgm._per_pod, dcgm.DeviceSample)
+    plain = _dcgm_walk.samples(keys, per_gpu, models, {}, dcgm._per_pod, DictSample)
+    assert [type(s) for s in plain] == [DictSample, DictSample]
+    assert [list(vars(s)) for s in plain] == [list(dcgm._SAMPLE_FIELDS)] * 2
+    assert [list(vars(s).values()) for s in plain] == [dcgm.row_of(s) for s in slotted]
+    assert not any(hasattr(s, "__dict__") for s in slotted)
+    assert slotted[0].fb_used_bytes == 2 * 1024 * 1024 and slotted[1].sm_active_ratio is None
 
 
 def _sharing_scrape(rng: random.Random) -> str:

@@ -99,3 +99,62 @@ def test_a_piece_bound_given_a_property_is_the_one_the_samples_meet() -> None:
     finally:
         del Piece.start_ms
     assert spans() == [10_000]
+
+
+def _slotted(**change) -> DeviceSample:
+    return DeviceSample(**_fields(**change))
+
+
+def test_a_slotted_sample_is_read_from_its_slots_as_python_reads_it() -> None:
+    c, py = _both(_args(_slotted(power_w=123.0)))
+    assert c == py and c["power_w"] == 123.0 and c["gpu_uuid"] == "GPU-a"
+
+
+def test_a_slot_shadowed_by_a_property_of_a_subclass_is_read_through_the_property() -> None:
+    class Scaled(DeviceSample):
+        sm_active_ratio = property(lambda self: 0.25)
+
+    s = object.__new__(Scaled)
+    for name, value in _fields().items():
+        if name != "sm_active_ratio":
+            object.__setattr__(s, name, value)
+    c, py = _both(_args(s))
+    assert c == py and c["sm_active_ratio"] == 0.25
+
+
+def test_a_slot_not_an_instance_dict_entry_of_its_name_is_read() -> None:
+    class WithDict(DeviceSample):  # (no __slots__ of its own: its objects have a __dict__ too)
+        pass
+
+    s = WithDict(**_fields())
+    s.__dict__["power_w"] = 1.0  # a slot is a data descriptor: attribute access answers the slot
+    c, py = _both(_args(s))
+    assert c == py and c["power_w"] == 300.0
+
+
+def test_the_sample_class_changed_after_its_samples_were_read_is_read_anew() -> None:
+    s = _slotted()
+    assert _both(_args(s))[0]["power_w"] == 300.0  # from the slot, the class checked
+    slot = DeviceSample.__dict__["power_w"]
+    DeviceSample.power_w = property(lambda self: 111.0)
+    try:
+        c, py = _both(_args(s))
+        assert c == py and c["power_w"] == 111.0
+    finally:
+        DeviceSample.power_w = slot
+    assert _both(_args(s))[0]["power_w"] == 300.0
+
+
+def test_a_slot_never_set_raises_as_python_does() -> None:
+    s = object.__new__(DeviceSample)
+    for name, value in _fields().items():
+        if name != "energy_j":
+            object.__setattr__(s, name, value)
+    outcomes = []
+    for make in (_facts.utilization_fact, python_utilization_fact):
+        try:
+            make(*_args(s))
+            outcomes.append("built")
+        except AttributeError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1] and "energy_j" in outcomes[0]

@@ -15,7 +15,7 @@ import pytest
 from gpuledger.domain import _samples, samples
 from gpuledger.domain.attribution import Counters
 from gpuledger.domain.capacity import Piece
-from gpuledger.domain.dcgm import DeviceSample
+from gpuledger.domain.dcgm import DeviceSample, row_of
 from gpuledger.domain.facts import SourcePos
 from gpuledger.domain.inventory import GpuEntry, Inventory, MigDevice
 from gpuledger.domain.samples import SampleAttribution
@@ -186,7 +186,7 @@ def test_values_the_path_never_hands_over_are_the_references(spoil: str) -> None
     elif spoil == "valid_from a float":
         inv = Inventory(gpus=[replace(entry, valid_from_ms=0.0)])
     elif spoil == "sample subclass":
-        s = type("Sample", (DeviceSample,), {})(*vars(s).values())
+        s = type("Sample", (DeviceSample,), {})(*row_of(s))
     elif spoil == "t huge":
         t, end = 2**64, 2**64 + 10_000
     elif spoil == "many pieces":
