@@ -84,9 +84,22 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 }
 
 PyObject *built_object(PyObject *cls, PyObject *d) {
-    PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
-    if (o != NULL && PyObject_GenericSetAttr(o, s_dict, d) < 0)
-        Py_CLEAR(o);
+    PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL), *k, *v;
+    Py_ssize_t pos = 0, offset = 0;
+    int slots = 1;
+    if (o == NULL)
+        return NULL;
+    while (slots && PyDict_Next(d, &pos, &k, &v))  /* a class keeping them all in slots: set there */
+        slots = slot_member(_PyType_Lookup((PyTypeObject *)cls, k), &offset);
+    if (!slots) {
+        if (PyObject_GenericSetAttr(o, s_dict, d) < 0)
+            Py_CLEAR(o);
+        return o;
+    }
+    for (pos = 0; PyDict_Next(d, &pos, &k, &v);) {
+        slot_member(_PyType_Lookup((PyTypeObject *)cls, k), &offset);
+        Py_XSETREF(*(PyObject **)((char *)o + offset), Py_NewRef(v));
+    }
     return o;
 }
 

@@ -8,7 +8,8 @@
 
 PyObject *hash_parts(PyObject *const *args, Py_ssize_t nargs);  /* the fact id of the parts (a new str) */
 int fact_id_init(void);  /* 0, or -1 with ImportError set */
-/* domain/_facts.c: an object of cls whose __dict__ is d, as domain/facts.py ``built`` makes it */
+/* domain/_facts.c: an object of cls whose __dict__ is d, as domain/facts.py ``built`` makes it, or
+ * whose slots hold d's values where cls keeps every one of d's names in a slot */
 PyObject *built_object(PyObject *cls, PyObject *d);
 /* domain/_capacity_fact.c: capacity facts */
 PyObject *capacity_setup(PyObject *self, PyObject *args);

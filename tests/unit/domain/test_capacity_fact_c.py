@@ -6,6 +6,7 @@ vGPU VMs, partial owners, no owner, an owner field of its own, hostile strings, 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -23,7 +24,13 @@ def _outcome(build, args) -> tuple:
         device, fact, piece = build(*args)
     except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
         return ("raises", type(exc).__name__, str(exc))
-    return ("built", device, type(fact), list(vars(fact).items()), type(piece), list(vars(piece).items()))
+    return ("built", device, type(fact), list(vars(fact).items()), type(piece), _slots(piece))
+
+
+def _slots(piece) -> tuple:
+    """A piece's fields in its dataclass's order, and its __dict__ where it has one (a Piece keeps
+    its fields in slots)."""
+    return [(f.name, getattr(piece, f.name)) for f in dataclasses.fields(piece)], getattr(piece, "__dict__", None)
 
 
 def _owner(rng: random.Random):

@@ -8,6 +8,7 @@ and malformed holders), and the reference's answer for arguments the path never 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -30,8 +31,14 @@ def _outcome(build, args) -> tuple:
         items = build(*args)
     except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
         return ("raises", type(exc).__name__, str(exc))
-    return ("built", [(device, type(fact), list(vars(fact).items()), type(piece), list(vars(piece).items()))
+    return ("built", [(device, type(fact), list(vars(fact).items()), type(piece), _slots(piece))
                       for device, fact, piece in items])
+
+
+def _slots(piece) -> tuple:
+    """A piece's fields in its dataclass's order, and its __dict__ where it has one (a Piece keeps
+    its fields in slots)."""
+    return [(f.name, getattr(piece, f.name)) for f in dataclasses.fields(piece)], getattr(piece, "__dict__", None)
 
 
 def _instant(rng: random.Random) -> int:

@@ -6,6 +6,7 @@ series and value, with the same errors; the engine uses the C ones where they ar
 from __future__ import annotations
 
 import enum
+from dataclasses import astuple
 import hashlib
 import random
 
@@ -175,12 +176,12 @@ def test_utilization_facts_of_unexpected_arguments_are_the_references() -> None:
         base, _spoiled(base, t=True), _spoiled(base, a=2**70), _spoiled(base, b=-(2**64)), _spoiled(base, t=T0 + 0.5),
         _spoiled(base, held={"uid-a": 0}), _spoiled(base, held={"uid-a": 1.5}), _spoiled(base, per_pod={("ns", "pod-a"): 1}),
         _spoiled(base, n_targets=2.0), _spoiled(base, why=None), _spoiled(base, device=Shaped), _spoiled(base, per_pod=[]),
-        _spoiled(base, piece=Shaped(*vars(piece).values())), _spoiled(base, pos=None), _spoiled(base, s=None),
-        _spoiled(base, piece=Piece(*[*vars(piece).values()][:3], 7, *[*vars(piece).values()][4:])),
-        _spoiled(base, piece=Piece(*[*vars(piece).values()][:3], "unallocated", *[*vars(piece).values()][4:10], None)),
+        _spoiled(base, piece=Shaped(*astuple(piece))), _spoiled(base, pos=None), _spoiled(base, s=None),
+        _spoiled(base, piece=Piece(*[*astuple(piece)][:3], 7, *[*astuple(piece)][4:])),
+        _spoiled(base, piece=Piece(*[*astuple(piece)][:3], "unallocated", *[*astuple(piece)][4:10], None)),
         _spoiled(base, cluster_id="c\ud800"), _spoiled(base, device="GPU-\ud800"),
     ]
-    fields = [*vars(piece).values()]
+    fields = [*astuple(piece)]
     for per_pod in ({}, {("ns", "pod-a"): 0.5}):  # a pod's key looked up even where no pod has its own series
         cases += [_spoiled(base, per_pod=per_pod, piece=Piece(*fields[:6], ["ns"], *fields[7:])),
                   _spoiled(base, per_pod=per_pod, piece=Piece(*fields[:7], 7, *fields[8:]))]

@@ -72,12 +72,13 @@ def test_a_field_only_the_class_holds_is_read_from_the_class() -> None:
 def test_the_piece_class_given_a_property_is_read_anew() -> None:
     sample = DeviceSample("GPU-a", None, 0.5, 2**30, 300.0, 1e9, "H100", ())
     assert _facts.utilization_fact(*_args(sample)).tenant_id == "acme"  # the Piece class checked
+    slot = Piece.__dict__["tenant_id"]  # (a Piece keeps its fields in slots: put back after)
     Piece.tenant_id = property(lambda self: "from-a-property")
     try:
         c, py = _both(_args(sample))
         assert c == py and c["tenant_id"] == "from-a-property"
     finally:
-        del Piece.tenant_id
+        Piece.tenant_id = slot
     c, py = _both(_args(sample))
     assert c == py and c["tenant_id"] == "acme"
 
@@ -93,11 +94,12 @@ def test_a_piece_bound_given_a_property_is_the_one_the_samples_meet() -> None:
         return [f.span_ms for f in out]
 
     assert spans() == [10_000]  # the piece covers the whole sample: the Piece class checked
+    slot = Piece.__dict__["start_ms"]
     Piece.start_ms = property(lambda self: T0 + 4_000)
     try:
         assert spans() == [6_000]  # the piece begins inside it now
     finally:
-        del Piece.start_ms
+        Piece.start_ms = slot
     assert spans() == [10_000]
 
 

@@ -8,7 +8,7 @@ snapshot gaps) and over values of types the attribution path never hands over.""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import pytest
 
@@ -174,7 +174,7 @@ def test_values_the_path_never_hands_over_are_the_references(spoil: str) -> None
     t, end = T0, T0 + 10_000
     inv = Inventory(gpus=[entry])
     if spoil == "piece subclass":
-        pieces[1] = Shaped(*vars(pieces[1]).values())
+        pieces[1] = Shaped(*astuple(pieces[1]))
     elif spoil == "float start":
         pieces[1] = replace(pieces[1], start_ms=T0 + 5_000.0)
     elif spoil == "bool end":
