@@ -93,6 +93,7 @@ class Attributor(SampleAttribution):
         self._model_out: list = []
         self.model_series: dict[str, list] = {}  # model server series -> [last scrape ms, its counters]
         self.demand_done: set[str] = set()  # pods whose MIG wait is already a fact
+        self._demand_forgotten_at: tuple | None = None  # (book, its pods_dropped) at the last forget_demand_done
         self._demand_asked: tuple | None = None  # (book version, watch watermark) closed_demand last ran with
 
     @property

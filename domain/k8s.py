@@ -92,6 +92,7 @@ class OwnershipBook:
     # changes with every Pod or Namespace event folded and every prune (not with a bookmark):
     # a reader that asked the book something may ask again only when it changed
     version: int = field(default_factory=lambda: next(_VERSIONS), compare=False, repr=False)
+    pods_dropped: int = field(default=0, compare=False, repr=False)  # by prune, ever (the only way a pod leaves)
 
     # -- the fold ------------------------------------------------------------
     def apply(self, event_type: str, obj: dict, observed_at_ms: int) -> str:
@@ -247,6 +248,7 @@ class OwnershipBook:
             if origin is None or life.start_ms < origin:
                 self.pod_tombstones.add(uid)
             dropped += 1
+            self.pods_dropped += 1
         pinned = set()  # the versions kept pods started under (by identity)
         for life in self.pods.values():
             v = self.namespace_at(life.namespace, life.start_ms)

@@ -184,9 +184,14 @@ class SampleAttribution:
         return dropped
 
     def forget_demand_done(self) -> None:
-        """Drop the demand already emitted for pods the book no longer holds."""
-        pods = self.book.pods
+        """Drop the demand already emitted for pods the book no longer holds (nothing to drop
+        where no pod left the book since the last time: its keys name pods of the book)."""
+        book = self.book
+        if self._demand_forgotten_at == (book, book.pods_dropped):
+            return
+        pods = book.pods
         self.demand_done = {key for key in self.demand_done if key.split("/", 1)[0] in pods}
+        self._demand_forgotten_at = (book, book.pods_dropped)
 
 
 

@@ -71,3 +71,25 @@ def test_a_book_changes_version_with_every_event_folded_and_every_prune_and_book
     seen.append(book.version)
     seen.append(OwnershipBook.from_state(book.to_state()).version)
     assert len(set(seen)) == len(seen) == 7
+
+
+def test_the_demand_done_of_pods_the_book_dropped_is_forgotten_and_only_then_asked_again():
+    att = _attributor()
+    att.apply_watch("ADDED", pod_object("team-a", "job-2", "p2", "", T0, 1, "Pending", unschedulable=True), T0)
+    _demand(att, T0 + 10 * M)
+    uids = {key.split("/", 1)[0] for key in att.demand_done}
+    assert len(uids) == 2
+    att.forget_demand_done()
+    assert {key.split("/", 1)[0] for key in att.demand_done} == uids  # nothing left the book
+    gone = "p2"
+    att.apply_watch("DELETED", pod_object("team-a", "job-2", "p2", "", T0, 1, "Pending", unschedulable=True),
+                    T0 + 11 * M)
+    _demand(att, T0 + 12 * M)
+    att.forget_demand_done()
+    assert gone in {key.split("/", 1)[0] for key in att.demand_done}  # still in the book: kept
+    assert att.book.prune(T0 + 20 * M) >= 1 and gone not in att.book.pods
+    att.forget_demand_done()
+    assert {key.split("/", 1)[0] for key in att.demand_done} == uids - {gone}
+    att.demand_done.add(f"{gone}/ended")  # (a key of a dropped pod, put back behind the book's back)
+    att.forget_demand_done()
+    assert f"{gone}/ended" in att.demand_done  # no pod left the book since: not asked again
