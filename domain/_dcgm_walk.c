@@ -10,10 +10,11 @@
  * walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> (parsed,
  *       lines): domain/dcgm.py ``_walk`` over text.splitlines(), without making the lines, and
  *       how many lines there were
- * walk_samples(text, cache, from_old, health_out, skipped, per_pod, cls) -> (samples, parsed,
- *       lines), or None: the same walk with the devices held in C (domain/_dcgm_devices.c),
+ * walk_samples(text, cache, from_old, health_out, skipped, per_pod, cls[, template]) -> (samples,
+ *       parsed, lines), or None: the same walk with the devices held in C (domain/_dcgm_devices.c),
  *       then their samples as ``samples`` builds them; None where a value is not what the
- *       devices hold (the caller walks again, into the dicts)
+ *       devices hold (the caller walks again, into the dicts). ``template``: the node's last
+ *       scrape, whose lines this one is met with (domain/_dcgm_template.c), or None
  * table_size() -> the series the walk finds by their bytes (domain/_dcgm_table.c) now
  * samples(keys, per_gpu, models, pod_values, per_pod, cls) -> the scrape's samples, as
  *       domain/dcgm.py ``_samples`` builds them from what the walk gathered (or None); in
@@ -133,6 +134,7 @@ typedef struct {
     PyObject *per_gpu, *models, *pod_values, *health_out, *skipped;
     Recent gpus, devices, pods;
     Devices *devs;
+    Lines lines;  /* the node's last scrape, met line by line (domain/_dcgm_template.c) */
 } Out;
 
 /* One line, text[start:end] (made a str only for what the Python helpers are handed); returns 1
@@ -142,7 +144,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
                      Out *o) {
     Py_ssize_t brace, close, rest_from = start, series_end;
     uint64_t hash = 0;
-    int labeled = 0;
+    int labeled = 0, held = 0;
     PyObject *series = NULL, *rest = NULL, *info = NULL, *value = NULL, *line = NULL;
     PyObject *field, *key, *model, *reason, *pod, *low, *high, *implausible, *ratio, *health;
     int result = -1;
@@ -175,11 +177,15 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
     }
     /* the value's text; made a str only for what the Python helpers are handed */
 #define REST() (rest != NULL ? rest : (rest = PyUnicode_Substring(text, rest_from, n)))
-    if (plain) {  /* the series' bytes are its text: found in the table without a str made of them */
+    if (plain) {  /* the series' bytes are its text: met in the last scrape, or found in the table */
         const char *key = (const char *)PyUnicode_DATA(text) + start;
-        hash = series_hash(key, series_end - start);
-        info = series_table_find(cache, key, series_end - start, hash);
+        info = lines_hint(&o->lines, key, series_end - start);
+        if (info == NULL) {
+            hash = series_hash(key, series_end - start);
+            info = series_table_find(cache, key, series_end - start, hash);
+        }
         Py_XINCREF(info);
+        held = info != NULL;
     }
     if (info == NULL) {
         if (labeled) {
@@ -213,7 +219,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
             }
         }
         if (plain && PyTuple_CheckExact(info) && PyTuple_GET_SIZE(info) == 10) {
-            int held = PyDict_Contains(cache, series);  /* the table knows only what the generation holds */
+            held = PyDict_Contains(cache, series);  /* the table knows only what the generation holds */
             if (held < 0 || (held && series_table_put(cache, (const char *)PyUnicode_DATA(text) + start,
                                                       series_end - start, hash, info) < 0))
                 goto done;
@@ -223,6 +229,8 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
         PyErr_SetString(PyExc_TypeError, "a series' info is a tuple of 10");
         goto done;
     }
+    if (plain && held)  /* what the next scrape of the node meets on this line */
+        lines_keep(&o->lines, start, series_end - start, info);
     field = PyTuple_GET_ITEM(info, 0);
     key = PyTuple_GET_ITEM(info, 1);
     model = PyTuple_GET_ITEM(info, 2);
@@ -342,6 +350,8 @@ static int walk(PyObject *text, PyObject *cache, PyObject *from_old, Out *o, Py_
             for (end = i; end < len && !Py_UNICODE_ISLINEBREAK(PyUnicode_READ(kind, data, end)); end++)
                 ;
         }
+        if (lines_next(&o->lines) < 0)
+            return -1;
         r = walk_line(text, i, end, plain, cache, from_old, o);
         if (r < 0)
             return r;
@@ -372,21 +382,27 @@ static PyObject *walk_text(PyObject *self, PyObject *args) {
  * the devices could not hold a value (the walk stopped there: the caller walks again into
  * dicts, from health_out and skipped emptied). */
 static PyObject *walk_samples(PyObject *self, PyObject *args) {
-    PyObject *text, *cache, *from_old, *per_pod, *cls, *samples, *out = NULL;
+    PyObject *text, *cache, *from_old, *per_pod, *cls, *samples, *template = Py_None, *out = NULL;
     Py_ssize_t parsed, lines;
     Devices devs;
     Out o = {.devs = &devs};
     int r;
-    if (!PyArg_ParseTuple(args, "UO!OO!O!OO!", &text, &PyDict_Type, &cache, &from_old, &PyDict_Type, &o.health_out,
-                          &PyDict_Type, &o.skipped, &per_pod, &PyType_Type, &cls))
+    if (!PyArg_ParseTuple(args, "UO!OO!O!OO!|O", &text, &PyDict_Type, &cache, &from_old, &PyDict_Type, &o.health_out,
+                          &PyDict_Type, &o.skipped, &per_pod, &PyType_Type, &cls, &template))
         return NULL;
+    if (template != Py_None && !PyObject_TypeCheck(template, &TemplateType)) {
+        PyErr_SetString(PyExc_TypeError, "walk_samples(): template must be a Template or None");
+        return NULL;
+    }
     DEVICES_INIT(devs);
+    lines_start(&o.lines, template == Py_None ? NULL : template, text, cache);
     r = walk(text, cache, from_old, &o, &parsed, &lines);
     if (r == -2) {
         out = Py_NewRef(Py_None);
     } else if (r == 0 && (samples = devices_samples(&devs, per_pod, cls)) != NULL) {
         out = Py_BuildValue("(Nnn)", samples, parsed, lines);
     }
+    lines_end(&o.lines, text, cache, r == 0 && out != NULL);
     devices_clear(&devs);
     return out;
 }
@@ -399,7 +415,7 @@ static PyMethodDef methods[] = {
     {"walk_text", walk_text, METH_VARARGS, "walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, "
      "skipped) -> (parsed, lines): walk over text.splitlines()"},
     {"walk_samples", walk_samples, METH_VARARGS, "walk_samples(text, cache, from_old, health_out, skipped, per_pod, "
-     "cls) -> (samples, parsed, lines), or None: the walk with the devices in C, then their samples"},
+     "cls[, template]) -> (samples, parsed, lines), or None: the walk with the devices in C, then their samples"},
     {"table_size", dcgm_table_size, METH_NOARGS, "table_size() -> the series the walk finds by their bytes now"},
     {NULL, NULL, 0, NULL},
 };
@@ -407,7 +423,12 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dcgm_walk", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__dcgm_walk(void) {
-    if (dcgm_samples_init() < 0)
+    PyObject *m;
+    if (dcgm_samples_init() < 0 || PyType_Ready(&TemplateType) < 0 || (m = PyModule_Create(&module)) == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    if (PyModule_AddObjectRef(m, "Template", (PyObject *)&TemplateType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -42,6 +42,27 @@ PyObject *inner_dict(PyObject *d, PyObject *key);  /* d.setdefault(key, {}), bor
 /* where c is in text[start:end], first (direction 1) or last (-1): -1 nowhere, -2 on error */
 Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction);
 
+/* domain/_dcgm_template.c: a node's last scrape, whose lines its next one is met with */
+typedef struct {
+    Py_ssize_t start, len;  /* a line's series: text[start:start + len] */
+    PyObject *info;         /* what the cache held for it (a new reference), or NULL: none kept */
+} Hint;
+typedef struct TemplateObject TemplateObject;
+extern PyTypeObject TemplateType;
+typedef struct {
+    TemplateObject *t;  /* the template handed to the walk, or NULL */
+    const char *old;    /* its text, where its lines may be met (else hints is NULL) */
+    const Hint *hints;
+    Py_ssize_t nhints;
+    Hint *rec;  /* this walk's lines, each kept where its series was found in the cache */
+    Py_ssize_t n, size, met;  /* met: lines whose series was the template's */
+} Lines;
+void lines_start(Lines *l, PyObject *template, PyObject *text, PyObject *cache);  /* template NULL: none */
+int lines_next(Lines *l);  /* a line begins: 0, or -1 with the error set */
+PyObject *lines_hint(Lines *l, const char *series, Py_ssize_t len);  /* the line's info (borrowed), or NULL */
+void lines_keep(Lines *l, Py_ssize_t start, Py_ssize_t len, PyObject *info);  /* the line's series was found */
+void lines_end(Lines *l, PyObject *text, PyObject *cache, int kept);  /* kept: the walk ended well */
+
 /* domain/_dcgm_devices.c: a scrape's devices in C while the walk reads it, then its samples */
 #define NRATIO 3  /* dcgm_field's first: the ratio fields */
 typedef struct {

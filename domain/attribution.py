@@ -156,7 +156,8 @@ class Attributor(SampleAttribution):
         scrapes arrive in order, so one not newer than the last applied is a redelivery
         (at-least-once upstream) and is dropped, counted. The scrape ends what the previous
         one stands for."""
-        parsed = parse_exposition(exposition)  # first: a malformed scrape is refused even when repeated
+        # first: a malformed scrape is refused even when repeated
+        parsed = parse_exposition(exposition, (self.cluster_id, node))
         st = state_of(self.nodes, node)
         if observed_at_ms <= st.dcgm_wm_ms:
             self.counters.repeated_scrapes += 1

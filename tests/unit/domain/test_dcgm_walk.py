@@ -307,3 +307,122 @@ def test_a_value_the_devices_do_not_hold_is_walked_again_into_dicts(odd):
     assert out["devices in C"] == out["dicts in C"]
     if out["dicts in C"][0] == "parses":
         assert out["dicts in C"][5] and out["dicts in C"][4].get("not an attribution field: DCGM_FI_DEV_SM_CLOCK") == 1
+
+
+def _sourced(texts: list[str], source) -> list[tuple]:
+    """Each text parsed in turn as a scrape of ``source`` (None: of no source), as the walk with
+    the devices in C parses it: the outcomes compared."""
+    out = []
+    for text in texts:
+        try:
+            parsed = dcgm.parse_exposition(text, source)
+        except Exception as exc:  # noqa: BLE001 — the error is the outcome compared
+            out.append(("raises", type(exc).__name__, str(exc)))
+            continue
+        out.append(("parses", [_fields(s) for s in parsed.samples], parsed.series_parsed, parsed.skipped,
+                    parsed.health))
+    return out
+
+
+def _with_and_without(texts: list[str]) -> tuple[list, list]:
+    """The texts as one source's scrapes, then as scrapes of no source, each from fresh caches."""
+    _fresh_caches()
+    dcgm._TEMPLATES.clear()
+    sourced = _sourced(texts, ("c1", "node-1"))
+    _fresh_caches()
+    plain = _sourced(texts, None)
+    return sourced, plain
+
+
+def _node_texts(n: int, seed: int) -> list[str]:
+    """One generated node's scrapes, one after another (values change, series stay)."""
+    plan = fleet_plan(8, 1, 10, 10)
+    node = next(iter(plan.nodes))
+    gen = _Node(plan, node, [p for p in plan.pods if p.node == node], random.Random(seed))
+    return [gen.scrape(plan.start_ms + i * 10_000)[0] for i in range(n)]
+
+
+def test_a_scrape_met_with_its_nodes_last_one_parses_as_without():
+    texts = _node_texts(12, 7)
+    sourced, plain = _with_and_without(texts)
+    assert sourced == plain and all(o[0] == "parses" and len(o[1]) == 8 for o in sourced)
+    template = dcgm._TEMPLATES[("c1", "node-1")]
+    series = sum(1 for line in texts[-1].splitlines() if line and not line.startswith("#"))
+    assert template.lines() == len(texts[-1].splitlines()) and template.met() == series  # every series met
+
+
+def test_scrapes_whose_lines_change_between_them_parse_as_without():
+    """Series come and go between a node's scrapes (pods start and end, a field appears, lines
+    reorder, a value is spoiled, the line breaks change), so the lines of the last scrape meet
+    other series: each scrape parses as it does with no template."""
+    rng = random.Random(31)
+    base = _node_texts(30, 11)
+    for _ in range(60):
+        texts = []
+        for text in rng.sample(base, 6):
+            lines = text.splitlines()
+            change = rng.choice(["none", "drop", "insert", "swap", "spoil", "crlf", "shared", "bad"])
+            if change == "drop":
+                del lines[rng.randrange(len(lines))]
+            elif change == "insert":
+                lines.insert(rng.randrange(len(lines)), f"{rng.choice(_NAMES)}{rng.choice(_LABELS)} "
+                                                        f"{rng.choice(_VALUES)}")
+            elif change == "swap":
+                i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+                lines[i], lines[j] = lines[j], lines[i]
+            elif change == "spoil":
+                i = rng.randrange(len(lines))
+                if not lines[i].startswith("#"):
+                    lines[i] = lines[i].rsplit(" ", 1)[0] + " " + rng.choice(_VALUES)
+            elif change == "shared":
+                lines = _sharing_scrape(rng).splitlines()
+            elif change == "bad":
+                lines.append('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a" 5')
+            texts.append(("\r\n" if change == "crlf" else "\n").join(lines) + "\n")
+        sourced, plain = _with_and_without(texts)
+        assert sourced == plain, texts
+    _fresh_caches()
+
+
+def test_the_template_holds_only_what_a_walk_that_ended_well_met():
+    texts = _node_texts(3, 13)
+    _fresh_caches()
+    dcgm._TEMPLATES.clear()
+    source = ("c1", "node-1")
+    dcgm.parse_exposition(texts[0], source)
+    template = dcgm._TEMPLATES[source]
+    held = template.lines()
+    assert held > 0 and template.met() == 0  # the first scrape meets nothing
+    with pytest.raises(ValueError, match="unterminated"):  # a scrape refused leaves the template as it was
+        dcgm.parse_exposition(texts[1] + 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a" 5\n', source)
+    assert template.lines() == held and template.met() > 0
+    dcgm.parse_exposition(texts[2], source)
+    assert template.met() == sum(1 for line in texts[2].splitlines() if line and not line.startswith("#"))
+
+
+def test_a_template_of_another_cache_generation_meets_nothing():
+    texts = _node_texts(2, 17)
+    template = _dcgm_walk.Template()
+
+    def walk(text: str):
+        return _dcgm_walk.walk_samples(text, dcgm._SERIES.young, dcgm._SERIES.from_old, {}, {}, dcgm._per_pod,
+                                       dcgm.DeviceSample, template)
+
+    for _ in range(2):  # the second time, another generation: the series the template holds are not the cache's
+        _fresh_caches()
+        assert walk(texts[0]) is not None and template.met() == 0 and template.lines() > 0
+    assert walk(texts[1]) is not None and template.met() > 0  # the same generation: met
+    with pytest.raises(TypeError, match="Template"):
+        _dcgm_walk.walk_samples(texts[1], {}, lambda _s: None, {}, {}, dcgm._per_pod, dcgm.DeviceSample, object())
+    _fresh_caches()
+
+
+def test_the_templates_go_when_the_caches_rotate():
+    _fresh_caches()
+    dcgm._TEMPLATES.clear()
+    for i, text in enumerate(_node_texts(3, 19)):
+        dcgm.parse_exposition(text, ("c1", f"node-{i}"))
+    assert len(dcgm._TEMPLATES) == 3
+    dcgm._age_caches(10**9)  # a generation's lines and more: the caches rotate
+    assert dcgm._TEMPLATES == {}
+    _fresh_caches()
