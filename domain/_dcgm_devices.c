@@ -1,5 +1,5 @@
 /* A scrape's devices held in C while the walk reads its lines (domain/_dcgm_walk.c
- * ``walk_samples``), then its samples: what domain/dcgm.py ``_walk`` gathers in dicts
+ * ``walk_samples``), then its samples: what domain/dcgm_reference.py ``_walk`` gathers in dicts
  * (``per_gpu``, ``models``, ``pod_values``) and ``_samples`` builds of them, without a dict or
  * a float object per value. A device is its key; a field's first value stands (the dicts'
  * setdefault); a ratio field's values per pod are kept as the dicts keep them, the last one

@@ -59,7 +59,7 @@ done:
     return sample;
 }
 
-/* The scrape's samples from what the walk gathered (domain/dcgm.py ``_samples`` is the
+/* The scrape's samples from what the walk gathered (domain/dcgm_reference.py ``_samples`` is the
  * reference): one DeviceSample per device key, in the order of ``keys``, each a device of its
  * fields' values built as the devices in C build theirs (domain/_dcgm_devices.c
  * ``device_sample``). NULL with no error set where a value is not a float (then the reference

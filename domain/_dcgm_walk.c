@@ -1,4 +1,4 @@
-/* The walk over a dcgm-exporter scrape's lines, in C: domain/dcgm.py ``_walk`` does the same
+/* The walk over a dcgm-exporter scrape's lines, in C: domain/dcgm_reference.py ``_walk`` does the same
  * in Python and is the reference (tests/unit/domain/test_dcgm_walk.py holds the two to the
  * same results and the same errors on real, generated and hostile scrapes). Only the line
  * loop is here: what a series means (its field, device, pod, health reading) comes from the
@@ -8,7 +8,7 @@
  * setup(miss, value, lenient, unterminated, repeated, blank_reason, sentinel, fp64_blank,
  *       fp64_blank_end, int64_limit): the helpers and constants of domain/dcgm.py, once.
  * walk_text(text, cache, from_old, per_gpu, models, pod_values, health_out, skipped) -> (parsed,
- *       lines): domain/dcgm.py ``_walk`` over text.splitlines(), without making the lines, and
+ *       lines): domain/dcgm_reference.py ``_walk`` over text.splitlines(), without making the lines, and
  *       how many lines there were
  * walk_samples(text, cache, from_old, health_out, skipped, per_pod, cls[, template]) -> (samples,
  *       parsed, lines), or None: the same walk with the devices held in C (domain/_dcgm_devices.c),
@@ -17,7 +17,7 @@
  *       scrape, whose lines this one is met with (domain/_dcgm_template.c), or None
  * table_size() -> the series the walk finds by their bytes (domain/_dcgm_table.c) now
  * samples(keys, per_gpu, models, pod_values, per_pod, cls) -> the scrape's samples, as
- *       domain/dcgm.py ``_samples`` builds them from what the walk gathered (or None); in
+ *       domain/dcgm_reference.py ``_samples`` builds them from what the walk gathered (or None); in
  *       domain/_dcgm_samples.c
  */
 #include "_dcgm_walk.h"  /* Python.h first, as it must be */
@@ -127,7 +127,7 @@ static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyO
     return r;
 }
 
-/* Where a walk puts what it reads: the dicts of domain/dcgm.py ``_walk`` (``devs`` NULL), or the
+/* Where a walk puts what it reads: the dicts of domain/dcgm_reference.py ``_walk`` (``devs`` NULL), or the
  * devices in C (``devs``; per_gpu, models and pod_values unused), and the health readings and
  * the skip counts either way. */
 typedef struct {

@@ -85,7 +85,7 @@ int devices_put(Devices *ds, PyObject *key, PyObject *field, PyObject *model, Py
                 PyObject *value);
 PyObject *devices_samples(Devices *ds, PyObject *per_pod, PyObject *cls);  /* the samples in device order */
 /* a device's sample (its key's UUID and instance, model, values; per_pod_value taken, NULL an
- * error), its fields put as domain/dcgm.py ``_samples`` puts them; NULL on error */
+ * error), its fields put as domain/dcgm_reference.py ``_samples`` puts them; NULL on error */
 PyObject *device_sample(const Device *d, PyObject *per_pod_value, PyObject *cls);
 
 #endif

@@ -6,7 +6,7 @@ import math
 import random
 import struct
 
-from gpuledger.domain import _dcgm_walk, dcgm
+from gpuledger.domain import _dcgm_walk, dcgm, dcgm_reference
 
 SERIES = 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a"}'
 KEY = ("GPU-a", None)
@@ -32,7 +32,7 @@ def _outcomes(text: str, cache: dict) -> tuple:
         skipped: dict = {}
         try:
             if walk is None:
-                dcgm._walk(text.splitlines(), cache, lambda _series: None, per_gpu, {}, {}, {}, skipped)
+                dcgm_reference._walk(text.splitlines(), cache, lambda _series: None, per_gpu, {}, {}, {}, skipped)
             else:
                 walk(text, cache, lambda _series: None, per_gpu, {}, {}, {}, skipped)
         except ValueError as exc:  # the error is the outcome compared

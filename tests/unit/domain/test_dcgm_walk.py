@@ -12,7 +12,7 @@ import pytest
 
 from gpuledger.bench.fleet_gen import _Node, fleet_plan
 from gpuledger.domain import _dcgm_walk  # built at install: a missing build fails here, not silently slower
-from gpuledger.domain import dcgm
+from gpuledger.domain import dcgm, dcgm_reference
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm"
 
@@ -146,7 +146,7 @@ def _samples_both(per_gpu: dict, models: dict, pod_values: dict) -> tuple:
     keys = sorted(per_gpu, key=dcgm._device_order)
     out = []
     for build in (lambda: _dcgm_walk.samples(keys, per_gpu, models, pod_values, dcgm._per_pod, dcgm.DeviceSample),
-                  lambda: dcgm._samples(keys, per_gpu, models, pod_values)):
+                  lambda: dcgm_reference._samples(keys, per_gpu, models, pod_values)):
         try:
             got = build()
             out.append(("built", got if got is None else [_fields(x) for x in got]))  # nan, -0.0
