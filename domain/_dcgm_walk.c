@@ -25,8 +25,13 @@
 #include <math.h>
 #include <string.h>
 
-static PyObject *miss, *value_of, *lenient, *unterminated, *repeated, *blank_reason;
-static double sentinel, fp64_blank, fp64_blank_end, int64_limit;
+static PyObject *miss, *unterminated, *repeated, *blank_reason;
+#define value_of dcgm_value_of
+#define lenient dcgm_lenient
+#define sentinel dcgm_sentinel
+#define fp64_blank dcgm_fp64_blank
+#define fp64_blank_end dcgm_fp64_blank_end
+#define int64_limit dcgm_int64_limit
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *m, *v, *l, *u, *r, *b;
@@ -46,17 +51,6 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* float(rest), or what the Python helper ``fallback`` makes of it when float() refuses it
- * (``value`` raises ValueError naming the line; ``lenient`` returns None). New reference. */
-static PyObject *read_value(PyObject *rest, PyObject *line, PyObject *fallback) {
-    PyObject *v = PyFloat_FromString(rest);
-    if (v != NULL || !PyErr_ExceptionMatches(PyExc_ValueError))
-        return v;
-    PyErr_Clear();
-    return fallback == value_of ? PyObject_CallFunctionObjArgs(value_of, rest, line, NULL)
-                                : PyObject_CallFunctionObjArgs(lenient, rest, NULL);
-}
-
 static int count(PyObject *skipped, PyObject *reason) {
     PyObject *n = PyDict_GetItemWithError(skipped, reason), *m;
     long k = 0;
@@ -73,57 +67,6 @@ static int count(PyObject *skipped, PyObject *reason) {
         return -1;
     r = PyDict_SetItem(skipped, reason, m);
     Py_DECREF(m);
-    return r;
-}
-
-/* The health reading of a line (domain/dcgm.py: a health series never fails the scrape). */
-static int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *health_out, Recent *devices) {
-    PyObject *hv = value, *hfield, *scale, *integer, *device, *fields, *put;
-    double h, scaled;
-    int is_int, r;
-    if (hv == NULL) {
-        hv = read_value(rest, NULL, lenient);
-        if (hv == NULL)
-            return -1;
-    } else {
-        Py_INCREF(hv);
-    }
-    if (hv == Py_None) {
-        Py_DECREF(hv);
-        return 0;
-    }
-    h = PyFloat_AsDouble(hv);
-    Py_DECREF(hv);
-    if (h == -1.0 && PyErr_Occurred())
-        return -1;
-    if (!(h >= 0 && h < sentinel && !(fp64_blank <= h && h < fp64_blank_end)))
-        return 0;
-    hfield = PyTuple_GET_ITEM(health, 0);
-    scale = PyTuple_GET_ITEM(health, 1);
-    integer = PyTuple_GET_ITEM(health, 2);
-    device = PyTuple_GET_ITEM(health, 3);
-    scaled = h * PyFloat_AsDouble(scale);  /* hvalue * scale: an int scale is converted as Python converts it */
-    if (scaled == -1.0 && PyErr_Occurred())
-        return -1;
-    is_int = PyObject_IsTrue(integer);
-    if (is_int < 0)
-        return -1;
-    if (!isfinite(scaled) || (is_int && scaled >= int64_limit))
-        return 0;
-    if ((fields = recent_find(devices, device)) == NULL) {
-        if ((fields = inner_dict(health_out, device)) == NULL)
-            return -1;
-        recent_keep(devices, device, fields);
-    }
-    r = PyDict_Contains(fields, hfield);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
-    /* int(round(scaled)): round half to even, as nearbyint under the default rounding mode */
-    put = is_int ? PyLong_FromDouble(nearbyint(scaled)) : PyFloat_FromDouble(scaled);
-    if (put == NULL)
-        return -1;
-    r = PyDict_SetItem(fields, hfield, put);
-    Py_DECREF(put);
     return r;
 }
 

@@ -42,6 +42,13 @@ PyObject *inner_dict(PyObject *d, PyObject *key);  /* d.setdefault(key, {}), bor
 /* where c is in text[start:end], first (direction 1) or last (-1): -1 nowhere, -2 on error */
 Py_ssize_t find_char(PyObject *text, int plain, Py_ssize_t start, Py_ssize_t end, char c, int direction);
 
+/* domain/_dcgm_reading.c: a line's value, and a health series' reading of it */
+extern PyObject *dcgm_value_of, *dcgm_lenient;  /* domain/dcgm.py's helpers (set by setup) */
+extern double dcgm_sentinel, dcgm_fp64_blank, dcgm_fp64_blank_end, dcgm_int64_limit;
+/* float(rest), or what fallback (dcgm_value_of: raises naming the line; dcgm_lenient: None) makes of it */
+PyObject *read_value(PyObject *rest, PyObject *line, PyObject *fallback);
+int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *health_out, Recent *devices);
+
 /* domain/_dcgm_template.c: a node's last scrape, whose lines its next one is met with */
 typedef struct {
     Py_ssize_t start, len;  /* a line's series: text[start:start + len] */
