@@ -14,8 +14,11 @@
  * health_bodies, the same facts as a worker writes them, is in domain/_health_bodies.c. */
 #include "_health.h"  /* Python.h first, as it must be */
 
+#include <stdlib.h>
+#include <string.h>
+
 PyObject *reference, *fact_cls, *fact_id, *s_health, *k_fact_id, *k_names[5];
-static PyObject *device_cls, *minus_one, *s_dict, *no_args;
+static PyObject *device_cls, *s_dict, *no_args;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *cls, *dev, *ids;
@@ -72,47 +75,77 @@ done:
     return result;
 }
 
-/* The devices of ``health`` in (uuid, instance, -1 for none) order, ties in the mapping's
- * order: a new list, NULL with an error set, or None (new ref) where a device or its fields are
- * not as the parse makes them. */
-PyObject *in_order(PyObject *health) {
-    PyObject *order, *device, *fields, *key;
-    Py_ssize_t pos = 0, i = 0, n = PyDict_GET_SIZE(health);
-    if ((order = PyList_New(n)) == NULL)
-        return NULL;
-    while (PyDict_Next(health, &pos, &device, &fields)) {  /* (uuid, instance or -1, place, device) */
-        PyObject *inst, *place;
-        if (i >= n || !plain(device, fields)) {
-            Py_DECREF(order);
-            Py_RETURN_NONE;
-        }
-        inst = PyTuple_GET_ITEM(device, 1);
-        if ((place = PyLong_FromSsize_t(i)) == NULL)
-            goto error;
-        key = PyTuple_Pack(4, PyTuple_GET_ITEM(device, 0), inst == Py_None ? minus_one : inst, place, device);
-        Py_DECREF(place);
-        if (key == NULL)
-            goto error;
-        PyList_SET_ITEM(order, i++, key);
+/* A device of the mapping, as it is sorted: by uuid, then instance (-1 for none), then its
+ * place in the mapping (what the reference's sort by (uuid, instance or -1, place) gives). */
+typedef struct {
+    PyObject *uuid, *device, *fields;  /* borrowed from the mapping while sorted */
+    long long instance;
+    Py_ssize_t place;
+} Placed;
+
+static int str_order(PyObject *a, PyObject *b) {  /* code point order, as str's < */
+    if (PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND && PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(a), m = PyUnicode_GET_LENGTH(b);
+        int c = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), (size_t)(n < m ? n : m));
+        return c ? c : (n > m) - (n < m);
     }
-    if (i != n || PyList_Sort(order) < 0)  /* the places make every key unique: a stable sort by the first two */
-        goto error;
-    for (i = 0; i < n; i++) {  /* the device alone */
-        key = PyList_GET_ITEM(order, i);
-        PyList_SET_ITEM(order, i, Py_NewRef(PyTuple_GET_ITEM(key, 3)));
-        Py_DECREF(key);
-    }
-    return order;
-error:
-    Py_DECREF(order);
-    return NULL;
+    return PyUnicode_Compare(a, b);  /* (two exact str: never an error) */
 }
 
-PyObject *fields_of(PyObject *health, PyObject *device) {
-    PyObject *fields = PyDict_GetItemWithError(health, device);
-    if (fields == NULL && !PyErr_Occurred())
+static int placed_order(const void *x, const void *y) {
+    const Placed *a = x, *b = y;
+    int c = a->uuid == b->uuid ? 0 : str_order(a->uuid, b->uuid);
+    if (c)
+        return c;
+    if (a->instance != b->instance)
+        return a->instance < b->instance ? -1 : 1;
+    return (a->place > b->place) - (a->place < b->place);
+}
+
+/* The devices of ``health`` in (uuid, instance, -1 for none) order, ties in the mapping's
+ * order: a new list, and *fields_out the list of their fields (new, in the same order); NULL with
+ * an error set, or None (new ref) where a device or its fields are not as the parse makes them
+ * (or an instance is past a long long). */
+PyObject *in_order(PyObject *health, PyObject **fields_out) {
+    PyObject *order = NULL, *fields = NULL, *device, *f;
+    Py_ssize_t pos = 0, i = 0, n = PyDict_GET_SIZE(health);
+    Placed held[16], *p = n <= 16 ? held : PyMem_Malloc((size_t)n * sizeof(Placed));
+    *fields_out = NULL;
+    if (p == NULL)
+        return PyErr_NoMemory();
+    while (PyDict_Next(health, &pos, &device, &f)) {
+        PyObject *inst;
+        int overflow = 0;
+        if (i >= n || !plain(device, f))
+            goto not_plain;
+        inst = PyTuple_GET_ITEM(device, 1);
+        p[i].instance = inst == Py_None ? -1 : PyLong_AsLongLongAndOverflow(inst, &overflow);
+        if (overflow)
+            goto not_plain;
+        p[i].uuid = PyTuple_GET_ITEM(device, 0), p[i].device = device, p[i].fields = f, p[i].place = i;
+        i++;
+    }
+    if (i != n) {
         PyErr_SetString(PyExc_RuntimeError, "_health: the health mapping changed while read");
-    return fields;
+        goto done;
+    }
+    qsort(p, (size_t)n, sizeof(Placed), placed_order);
+    if ((order = PyList_New(n)) == NULL || (fields = PyList_New(n)) == NULL) {
+        Py_CLEAR(order);
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyList_SET_ITEM(order, i, Py_NewRef(p[i].device));
+        PyList_SET_ITEM(fields, i, Py_NewRef(p[i].fields));
+    }
+    *fields_out = fields;
+    goto done;
+not_plain:
+    order = Py_NewRef(Py_None);
+done:
+    if (p != held)
+        PyMem_Free(p);
+    return order;
 }
 
 static PyObject *health_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -128,7 +161,7 @@ static PyObject *health_rows(PyObject *self, PyObject *const *args, Py_ssize_t n
     health = args[0], base = args[1], cluster = args[2], t = args[3];
     if (!PyDict_CheckExact(health) || !PyDict_CheckExact(base))
         return PyObject_Vectorcall(reference, args, nargs, NULL);
-    if ((order = in_order(health)) == NULL)
+    if ((order = in_order(health, &fields)) == NULL)
         return NULL;
     if (order == Py_None) {
         Py_DECREF(order);
@@ -139,14 +172,16 @@ static PyObject *health_rows(PyObject *self, PyObject *const *args, Py_ssize_t n
         goto error;
     for (i = 0; i < n; i++) {
         PyObject *f, *device = PyList_GET_ITEM(order, i);
-        if ((fields = fields_of(health, device)) == NULL || (f = fact(device, fields, base, cluster, t)) == NULL)
+        if ((f = fact(device, PyList_GET_ITEM(fields, i), base, cluster, t)) == NULL)
             goto error;
         PyList_SET_ITEM(out, i, f);
     }
     Py_DECREF(order);
+    Py_DECREF(fields);
     return out;
 error:
     Py_DECREF(order);
+    Py_XDECREF(fields);
     Py_XDECREF(out);
     return NULL;
 }
@@ -179,7 +214,7 @@ PyMODINIT_FUNC PyInit__health(void) {
     INTERN(k_names[2], "profile")
     INTERN(k_names[3], "model")
     INTERN(k_names[4], "pci_bus_id")
-    if ((minus_one = PyLong_FromLong(-1)) == NULL || (no_args = PyTuple_New(0)) == NULL || bodies_init() < 0)
+    if ((no_args = PyTuple_New(0)) == NULL || bodies_init() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -8,8 +8,9 @@
 /* set by setup() and the module's init: the reference, GpuHealthFact, facts.fact_id, names */
 extern PyObject *reference, *fact_cls, *fact_id, *s_health, *k_fact_id, *k_names[5];
 PyObject *fact_from(PyObject *row);  /* a GpuHealthFact whose __dict__ is row, as facts.built makes it */
-PyObject *in_order(PyObject *health);  /* the devices in the facts' order; None where not as the parse makes them */
-PyObject *fields_of(PyObject *health, PyObject *device);  /* borrowed; NULL with an error where it went */
+/* the devices in the facts' order, and *fields their fields (a list, the same order); None where
+ * not as the parse makes them */
+PyObject *in_order(PyObject *health, PyObject **fields);
 
 PyObject *health_bodies(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *set_body_writer(PyObject *self, PyObject *args);

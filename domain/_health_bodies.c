@@ -120,7 +120,7 @@ done:
 }
 
 PyObject *health_bodies(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *health, *pos, *quiet, *order = NULL, *items = NULL, *loud = NULL, *result = NULL;
+    PyObject *health, *pos, *quiet, *order = NULL, *all_fields = NULL, *items = NULL, *loud = NULL, *result = NULL;
     PyObject *scrape[6] = {NULL}, *vals[MAXFIELDS];
     Py_ssize_t i, j, n, nf;
     (void)self;
@@ -137,7 +137,7 @@ PyObject *health_bodies(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((scrape[3] = PyObject_GetAttr(pos, a_topic)) == NULL || (scrape[4] = PyObject_GetAttr(pos, a_partition)) == NULL
         || (scrape[5] = PyObject_GetAttr(pos, a_offset)) == NULL)
         goto done;
-    if ((order = in_order(health)) == NULL)
+    if ((order = in_order(health, &all_fields)) == NULL)
         goto done;
     if (order == Py_None) {
         result = Py_NewRef(Py_None);
@@ -147,10 +147,8 @@ PyObject *health_bodies(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((items = PyList_New(n)) == NULL || (loud = PyList_New(0)) == NULL)
         goto done;
     for (i = 0; i < n; i++) {
-        PyObject *device = PyList_GET_ITEM(order, i), *fields, *item = NULL, *f = NULL;
+        PyObject *device = PyList_GET_ITEM(order, i), *fields = PyList_GET_ITEM(all_fields, i), *item = NULL, *f = NULL;
         int r, noisy = 0;
-        if ((fields = fields_of(health, device)) == NULL)
-            goto done;
         r = values_of(device, fields, scrape, nf, vals);
         if (r > 0 && (item = body_of(PyBytes_AS_STRING(body_program), PyBytes_GET_SIZE(body_program), vals, nf)) != NULL
             && (noisy = is_loud(device, fields, quiet)) >= 0 && (item == Py_None || noisy))
@@ -178,6 +176,7 @@ done:
     for (j = 0; j < 6; j++)
         Py_XDECREF(scrape[j]);
     Py_XDECREF(order);
+    Py_XDECREF(all_fields);
     Py_XDECREF(items);
     Py_XDECREF(loud);
     return result;

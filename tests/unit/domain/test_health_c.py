@@ -57,8 +57,10 @@ def test_reference_scrapes_agree(name: str) -> None:
 def _device_set(rng: random.Random) -> dict:
     out = {}
     for _ in range(rng.choice([0, 1, 2, 8, 17])):
-        uuid = rng.choice(["GPU-b", "GPU-a", "GPU-c", "GPU-é", ""])
-        device = HealthDevice(uuid, rng.choice([None, None, 0, 1, 7, -1, 2**70]), rng.choice(["", "1g.10gb"]),
+        # UUIDs of each width of str, one a prefix of another; instances past 64 bits now and then
+        uuid = rng.choice(["GPU-b", "GPU-a", "GPU-ab", "GPU-A", "GPU-c", "GPU-é", "GPU-Ω", "GPU-\U0001F600", ""])
+        instance = rng.choice([None, None, 0, 1, 7, -1, 2**62, -(2**63)] * 8 + [2**70])
+        device = HealthDevice(uuid, instance, rng.choice(["", "1g.10gb"]),
                               rng.choice(["NVIDIA H100 80GB HBM3", ""]), rng.choice(["00000000:19:00.0", ""]))
         out[device] = {f: rng.choice([0, 1, 2**62, 48.5, 0.0]) for f in rng.sample(VALUE_FIELDS, rng.randrange(4))}
     return out
@@ -67,15 +69,22 @@ def _device_set(rng: random.Random) -> dict:
 def test_generated_device_sets_agree() -> None:
     rng = random.Random(21)
     ties = 0
-    for _ in range(3000):
-        health = _device_set(rng)
-        args = (health, _base(rng.choice(["cluster-1", "c\x1f2"]), T0 + rng.randrange(10**6)),
-                "cluster-1", T0 + rng.randrange(3))
-        c, py = _outcome(_health.health_rows, args), _outcome(python_health_rows, args)
-        assert c == py, health
-        keys = [(d.gpu_uuid, -1 if d.gpu_instance_id is None else d.gpu_instance_id) for d in health]
-        ties += len(keys) - len(set(keys))
+    referred = []  # the sets the C module hands to the reference (an instance past 64 bits)
+    _health.setup(lambda *a: referred.append(a) or python_health_rows(*a), GpuHealthFact, HealthDevice,
+                  gpu_health.fact_id)
+    try:
+        for _ in range(3000):
+            health = _device_set(rng)
+            args = (health, _base(rng.choice(["cluster-1", "c\x1f2"]), T0 + rng.randrange(10**6)),
+                    "cluster-1", T0 + rng.randrange(3))
+            c, py = _outcome(_health.health_rows, args), _outcome(python_health_rows, args)
+            assert c == py, health
+            keys = [(d.gpu_uuid, -1 if d.gpu_instance_id is None else d.gpu_instance_id) for d in health]
+            ties += len(keys) - len(set(keys))
+    finally:
+        _health.setup(python_health_rows, GpuHealthFact, HealthDevice, gpu_health.fact_id)
     assert ties > 100  # devices that sort equal keep the mapping's order: both agree on it
+    assert 100 < len(referred) < 1500  # most sets sorted in C, some left to the reference
 
 
 @pytest.mark.parametrize("spoil", ["device a plain tuple", "device too short", "uuid an int", "instance a float",
