@@ -7,12 +7,6 @@
 
 PyObject *dcgm_value_of, *dcgm_lenient;
 double dcgm_sentinel, dcgm_fp64_blank, dcgm_fp64_blank_end, dcgm_int64_limit;
-#define value_of dcgm_value_of
-#define lenient dcgm_lenient
-#define sentinel dcgm_sentinel
-#define fp64_blank dcgm_fp64_blank
-#define fp64_blank_end dcgm_fp64_blank_end
-#define int64_limit dcgm_int64_limit
 
 /* float(rest), or what the Python helper ``fallback`` makes of it when float() refuses it
  * (``value`` raises ValueError naming the line; ``lenient`` returns None). New reference. */
@@ -21,8 +15,8 @@ PyObject *read_value(PyObject *rest, PyObject *line, PyObject *fallback) {
     if (v != NULL || !PyErr_ExceptionMatches(PyExc_ValueError))
         return v;
     PyErr_Clear();
-    return fallback == value_of ? PyObject_CallFunctionObjArgs(value_of, rest, line, NULL)
-                                : PyObject_CallFunctionObjArgs(lenient, rest, NULL);
+    return fallback == dcgm_value_of ? PyObject_CallFunctionObjArgs(dcgm_value_of, rest, line, NULL)
+                                : PyObject_CallFunctionObjArgs(dcgm_lenient, rest, NULL);
 }
 
 /* The health reading of a line (domain/dcgm.py: a health series never fails the scrape). */
@@ -31,7 +25,7 @@ int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *
     double h, scaled;
     int is_int, r;
     if (hv == NULL) {
-        hv = read_value(rest, NULL, lenient);
+        hv = read_value(rest, NULL, dcgm_lenient);
         if (hv == NULL)
             return -1;
     } else {
@@ -45,7 +39,7 @@ int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *
     Py_DECREF(hv);
     if (h == -1.0 && PyErr_Occurred())
         return -1;
-    if (!(h >= 0 && h < sentinel && !(fp64_blank <= h && h < fp64_blank_end)))
+    if (!(h >= 0 && h < dcgm_sentinel && !(dcgm_fp64_blank <= h && h < dcgm_fp64_blank_end)))
         return 0;
     hfield = PyTuple_GET_ITEM(health, 0);
     scale = PyTuple_GET_ITEM(health, 1);
@@ -57,7 +51,7 @@ int health_reading(PyObject *health, PyObject *value, PyObject *rest, PyObject *
     is_int = PyObject_IsTrue(integer);
     if (is_int < 0)
         return -1;
-    if (!isfinite(scaled) || (is_int && scaled >= int64_limit))
+    if (!isfinite(scaled) || (is_int && scaled >= dcgm_int64_limit))
         return 0;
     if ((fields = recent_find(devices, device)) == NULL) {
         if ((fields = inner_dict(health_out, device)) == NULL)

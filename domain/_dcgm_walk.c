@@ -26,12 +26,6 @@
 #include <string.h>
 
 static PyObject *miss, *unterminated, *repeated, *blank_reason;
-#define value_of dcgm_value_of
-#define lenient dcgm_lenient
-#define sentinel dcgm_sentinel
-#define fp64_blank dcgm_fp64_blank
-#define fp64_blank_end dcgm_fp64_blank_end
-#define int64_limit dcgm_int64_limit
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *m, *v, *l, *u, *r, *b;
@@ -39,15 +33,15 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOUUdddd", &m, &v, &l, &u, &r, &b, &s, &fb, &fe, &il))
         return NULL;
     Py_XSETREF(miss, Py_NewRef(m));
-    Py_XSETREF(value_of, Py_NewRef(v));
-    Py_XSETREF(lenient, Py_NewRef(l));
+    Py_XSETREF(dcgm_value_of, Py_NewRef(v));
+    Py_XSETREF(dcgm_lenient, Py_NewRef(l));
     Py_XSETREF(unterminated, Py_NewRef(u));
     Py_XSETREF(repeated, Py_NewRef(r));
     Py_XSETREF(blank_reason, Py_NewRef(b));
-    sentinel = s;
-    fp64_blank = fb;
-    fp64_blank_end = fe;
-    int64_limit = il;
+    dcgm_sentinel = s;
+    dcgm_fp64_blank = fb;
+    dcgm_fp64_blank_end = fe;
+    dcgm_int64_limit = il;
     Py_RETURN_NONE;
 }
 
@@ -189,7 +183,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
     if (field != Py_None && value == NULL) {
         if (REST() == NULL || LINE() == NULL)
             goto done;
-        value = read_value(rest, line, value_of);
+        value = read_value(rest, line, dcgm_value_of);
         if (value == NULL)
             goto done;
     }
@@ -207,7 +201,7 @@ static int walk_line(PyObject *text, Py_ssize_t start, Py_ssize_t n, int plain, 
         hi = PyFloat_AsDouble(high);
         if (PyErr_Occurred())
             goto done;
-        if (v != v || fabs(v) >= sentinel || (fp64_blank <= v && v < fp64_blank_end)) {
+        if (v != v || fabs(v) >= dcgm_sentinel || (dcgm_fp64_blank <= v && v < dcgm_fp64_blank_end)) {
             reason = blank_reason;
         } else if (!(lo <= v && v < hi)) {
             reason = implausible;

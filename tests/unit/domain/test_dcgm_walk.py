@@ -196,20 +196,12 @@ def test_samples_refuse_as_the_reference_does():
 def test_samples_of_a_class_without_slots_are_built_with_their_dict():
     """A DeviceSample keeps its fields in slots, and C sets them; a sample class of the same
     fields without slots is built as ``built`` builds one: its __dict__, in the fields' order."""
-    from dataclasses import dataclass, fields as fields_of
+    from dataclasses import MISSING, field, fields, make_dataclass
 
-    @dataclass(frozen=True)
-    class DictSample:
-        gpu_uuid: str
-        gpu_instance_id: int | None
-        sm_active_ratio: float | None
-        fb_used_bytes: int | None
-        power_w: float | None
-        energy_j: float | None
-        model: str = ""
-        per_pod: tuple = ()
-
-    assert [f.name for f in fields_of(DictSample)] == list(dcgm._SAMPLE_FIELDS)
+    DictSample = make_dataclass("DictSample", [(f.name, f.type) if f.default is MISSING else
+                                               (f.name, f.type, field(default=f.default))
+                                               for f in fields(dcgm.DeviceSample)], frozen=True)
+    assert "__slots__" not in vars(DictSample) and [f.name for f in fields(DictSample)] == list(dcgm._SAMPLE_FIELDS)
     per_gpu = {("GPU-a", None): {"sm_active": 0.5, "fb_used_mib": 2.0, "energy_mj": 5.0}, ("GPU-b", 3): {}}
     models = {("GPU-a", None): "H100", ("GPU-b", 3): ""}
     keys = sorted(per_gpu, key=dcgm._device_order)
