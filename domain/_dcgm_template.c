@@ -9,7 +9,9 @@
  * handed (``bound``): the same info the cache gives for it. Any other line is found as
  * before, and a template of another generation gives nothing. A walk that ends well leaves
  * its own lines in the template for the next scrape; one stopped by an error or handed back
- * (the devices in C could not hold a value) leaves the template as it was.
+ * (the devices in C could not hold a value) leaves the template as it was. A walk begun while
+ * another holds the template (a Python helper the outer walk called, walking again) walks
+ * without it.
  *
  * Template() -> an empty template (domain/dcgm.py keeps one per cluster and node, and drops
  * them all when the caches rotate: a template is never older than the generation). */
@@ -24,6 +26,7 @@ struct TemplateObject {
     Hint *lines;      /* its lines, in order */
     Py_ssize_t n, size;
     Py_ssize_t met;   /* the lines of the last walk handed it whose series were its own */
+    int walking;      /* a walk holds it: one begun meanwhile (by a helper that walk called) walks without it */
 };
 
 static void forget(Hint *lines, Py_ssize_t n) {
@@ -69,9 +72,10 @@ PyTypeObject TemplateType = {
 void lines_start(Lines *l, PyObject *template, PyObject *text, PyObject *cache) {
     TemplateObject *t = (TemplateObject *)template;
     memset(l, 0, sizeof *l);
-    if (template == NULL || !PyObject_TypeCheck(template, &TemplateType))
-        return;
+    if (template == NULL || !PyObject_TypeCheck(template, &TemplateType) || t->walking)
+        return;  /* (a walk inside another may not free the lines the outer one is meeting) */
     l->t = t;
+    t->walking = 1;
     if (t->text != NULL && t->bound == cache && PyUnicode_IS_ASCII(text)) {
         l->old = (const char *)PyUnicode_DATA(t->text);
         l->hints = t->lines;
@@ -121,7 +125,7 @@ void lines_keep(Lines *l, Py_ssize_t start, Py_ssize_t len, PyObject *info) {
 void lines_end(Lines *l, PyObject *text, PyObject *cache, int kept) {
     TemplateObject *t = l->t;
     if (t != NULL)
-        t->met = l->met;
+        t->met = l->met, t->walking = 0;
     if (t != NULL && kept && PyUnicode_IS_ASCII(text)) {
         forget(t->lines, t->n);
         PyMem_Free(t->lines);

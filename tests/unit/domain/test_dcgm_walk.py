@@ -418,3 +418,31 @@ def test_the_templates_go_when_the_caches_rotate():
     dcgm._age_caches(10**9)  # a generation's lines and more: the caches rotate
     assert dcgm._TEMPLATES == {}
     _fresh_caches()
+
+
+def test_a_walk_begun_inside_another_walks_without_the_template_the_outer_one_holds():
+    """A helper the walk calls (here the old generation's lookup) may walk a scrape itself. That
+    inner walk must not touch the template the outer one is meeting lines with (it would free
+    them under it): it walks without it, and the template is the outer walk's when that ends."""
+    first, outer_text = _node_texts(2, 23)
+    inner_text = "\n".join(outer_text.splitlines()[:7]) + "\n"
+    template = _dcgm_walk.Template()
+    _fresh_caches()
+    assert _dcgm_walk.walk_samples(first, dcgm._SERIES.young, dcgm._SERIES.from_old, {}, {}, dcgm._per_pod,
+                                   dcgm.DeviceSample, template) is not None
+    held = template.lines()
+    seen = []
+
+    def from_old(series):
+        if not seen:  # once: a walk inside the outer one, with the same template
+            inner = _dcgm_walk.walk_samples(inner_text, dcgm._SERIES.young, dcgm._SERIES.from_old, {}, {},
+                                            dcgm._per_pod, dcgm.DeviceSample, template)
+            seen.append((inner is not None, template.lines()))
+        return dcgm._SERIES.from_old(series)
+
+    _fresh_caches()  # another generation: the outer walk's lines go to from_old
+    outer = _dcgm_walk.walk_samples(outer_text, dcgm._SERIES.young, from_old, {}, {}, dcgm._per_pod,
+                                    dcgm.DeviceSample, template)
+    assert seen == [(True, held)]  # the inner walk answered, and left the template as it was
+    assert outer is not None and template.lines() == len(outer_text.splitlines())
+    _fresh_caches()
