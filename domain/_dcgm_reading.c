@@ -16,7 +16,7 @@ PyObject *read_value(PyObject *rest, PyObject *line, PyObject *fallback) {
         return v;
     PyErr_Clear();
     return fallback == dcgm_value_of ? PyObject_CallFunctionObjArgs(dcgm_value_of, rest, line, NULL)
-                                : PyObject_CallFunctionObjArgs(dcgm_lenient, rest, NULL);
+                                     : PyObject_CallFunctionObjArgs(dcgm_lenient, rest, NULL);
 }
 
 /* The health reading of a line (domain/dcgm.py: a health series never fails the scrape). */

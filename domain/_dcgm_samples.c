@@ -26,13 +26,9 @@ PyObject *sample_new(PyObject *cls, PyObject **v) {
     for (i = 0; i < S_N; i++)
         if (v[i] == NULL)
             goto done;  /* (its maker's error) */
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "a sample class must be a class");
-        goto done;
-    }
     if ((sample = PyBaseObject_Type.tp_new((PyTypeObject *)cls, dcgm_no_args, NULL)) == NULL)
-        goto done;
-    if (fields_plain(&sample_fields, (PyTypeObject *)cls) == FIELDS_SLOTS) {
+        goto done;  /* (cls: a class, as both callers' argument parsing checks) */
+    if (fields_mode(&sample_fields, (PyTypeObject *)cls) == FIELDS_SLOTS) {
         for (i = 0; i < S_N; i++) {
             PyObject **at = (PyObject **)((char *)sample + sample_fields.offset[i]);
             Py_XSETREF(*at, v[i]);

@@ -23,7 +23,7 @@ typedef struct {
     int n;
     PyTypeObject *tp;  /* the class checked last, */
     unsigned int tag;  /* at this version of it: */
-    int plain;  /* are the names its instances' __dict__ entries (FIELDS_DICT), its slots (FIELDS_SLOTS)? */
+    int mode;  /* the names are its instances' __dict__ entries (FIELDS_DICT), its slots (FIELDS_SLOTS), or neither */
     Py_ssize_t offset[FIELDS_MAX];  /* FIELDS_SLOTS: each name's slot, in bytes from the object's start */
 } Fields;
 
@@ -51,10 +51,10 @@ static inline int slot_member(PyObject *d, Py_ssize_t *offset) {
     return 1;
 }
 
-static inline int fields_plain(Fields *f, PyTypeObject *tp) {
+static inline int fields_mode(Fields *f, PyTypeObject *tp) {
     int i, dict, slots;
     if (tp == f->tp && version_valid(tp) && tp->tp_version_tag == f->tag)
-        return f->plain;
+        return f->mode;
     dict = slots = tp->tp_getattro == PyObject_GenericGetAttr && f->n <= FIELDS_MAX;
     for (i = 0; (dict || slots) && i < f->n; i++) {
         PyObject *d = _PyType_Lookup(tp, *f->names[i]);  /* (which gives the class a version) */
@@ -63,14 +63,14 @@ static inline int fields_plain(Fields *f, PyTypeObject *tp) {
     }
     f->tp = tp;
     f->tag = tp->tp_version_tag;
-    f->plain = !version_valid(tp) ? FIELDS_GETATTR : dict ? FIELDS_DICT : slots ? FIELDS_SLOTS : FIELDS_GETATTR;
-    return f->plain;
+    f->mode = !version_valid(tp) ? FIELDS_GETATTR : dict ? FIELDS_DICT : slots ? FIELDS_SLOTS : FIELDS_GETATTR;
+    return f->mode;
 }
 
 /* o.name, a new reference (NULL with an error set where it cannot be read) */
 static inline PyObject *field_of(Fields *f, PyObject *o, PyObject *name) {
-    int plain = fields_plain(f, Py_TYPE(o)), i;
-    if (plain == FIELDS_DICT) {
+    int mode = fields_mode(f, Py_TYPE(o)), i;
+    if (mode == FIELDS_DICT) {
         PyObject **dict = _PyObject_GetDictPtr(o);
         if (dict != NULL && *dict != NULL) {
             PyObject *v = PyDict_GetItemWithError(*dict, name);
@@ -79,7 +79,7 @@ static inline PyObject *field_of(Fields *f, PyObject *o, PyObject *name) {
             if (PyErr_Occurred())
                 return NULL;
         }
-    } else if (plain == FIELDS_SLOTS) {
+    } else if (mode == FIELDS_SLOTS) {
         for (i = 0; i < f->n; i++) {
             if (*f->names[i] == name) {
                 PyObject *v = *(PyObject **)((char *)o + f->offset[i]);
