@@ -186,9 +186,9 @@ class SampleAttribution:
     def forget_demand_done(self) -> None:
         """Drop the demand already emitted for pods the book no longer holds (nothing to drop
         where no pod left the book since the last time: its keys name pods of the book)."""
-        book = self.book
-        if self._demand_forgotten_at == (book, book.pods_dropped):
-            return
+        book, last = self.book, self._demand_forgotten_at
+        if last is not None and last[0] is book and last[1] == book.pods_dropped:
+            return  # (the same book, by identity: a dataclass's == would compare every pod)
         pods = book.pods
         self.demand_done = {key for key in self.demand_done if key.split("/", 1)[0] in pods}
         self._demand_forgotten_at = (book, book.pods_dropped)
