@@ -74,3 +74,27 @@ def test_a_restored_window_longer_than_kept_follows_as_well():
             ordered = sorted(window)
             assert c.intervals_ms == window
             assert c.median_ms() == (ordered[len(ordered) // 2] if ordered else None)
+
+
+def test_a_step_is_the_sample_end_and_the_window_of_the_reference():
+    """``step`` works the end and the median out in place: over random intervals (in time, late,
+    right at one cadence past the limit, with ceilings below and above the cadence) it answers
+    ``sample_end_ms`` as asked before the step, and learns the interval exactly where that end
+    is the next sample."""
+    import random
+
+    rng = random.Random(5)
+    for _ in range(400):
+        ceiling = rng.choice([5_000, 30_000, CEILING_MS])
+        window = [rng.choice([5_000, 10_000, 20_000, 60_000]) for _ in range(rng.randrange(0, 12))]
+        c, t = Cadence(list(window)), 0
+        for _ in range(rng.randrange(1, 15)):
+            ordered = sorted(window)
+            median = ordered[len(ordered) // 2] if ordered else None
+            gap = rng.choice([1, 5_000, 10_000, 20_000, 45_000, 80_000, 400_000] + ([median] if median else []))
+            expect = sample_end_ms(Cadence(list(window)), t, t + gap, ceiling)
+            assert c.step(t, t + gap, ceiling) == expect
+            if expect == t + gap:
+                window = (window + [gap])[-9:]
+            assert c.intervals_ms == window and c.median_ms() == Cadence(list(window)).median_ms()
+            t += gap
