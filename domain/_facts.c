@@ -103,6 +103,22 @@ PyObject *built_object(PyObject *cls, PyObject *d) {
     return o;
 }
 
+/* domain/facts.py ``built`` (its reference: object.__new__, then the dict adopted as __dict__):
+ * a class keeping every named field in a slot gets them set there, which the reference cannot. */
+static PyObject *built(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "built(cls, fields): a class and a dict");
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(args[1]) == 0) {  /* nothing to set: adopted, as the reference does */
+        PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)args[0], no_args, NULL);
+        if (o != NULL && PyObject_GenericSetAttr(o, s_dict, args[1]) < 0)
+            Py_CLEAR(o);
+        return o;
+    }
+    return built_object(args[0], args[1]);
+}
+
 /* The answer is the reference's: where an argument is not of the type expected here. */
 #define FALLBACK() do { result = PyObject_Vectorcall(py_utilization, args, nargs, NULL); goto done; } while (0)
 
@@ -322,6 +338,8 @@ static PyMethodDef methods[] = {
     {"set_body_writer", set_body_writer, METH_VARARGS,
      "set_body_writer(capsule, program, names) -> bool: utilization_body writes bodies from now on (True), or the "
      "schema is not the fields built here (False)"},
+    {"built", (PyCFunction)(void (*)(void))built, METH_FASTCALL,
+     "built(cls, fields) -> an object of cls with fields as its __dict__ (or in its slots): see domain/facts.py"},
     {"setup", setup, METH_VARARGS, "setup(python_utilization_fact, UtilizationFact, Piece)"},
     {"capacity_fact", (PyCFunction)(void (*)(void))capacity_fact, METH_FASTCALL,
      "capacity_fact(seg, gpu_uuid, device_id, gpu_class, mode, profile, fraction, a, b, kind, owner, confidence, "

@@ -42,3 +42,38 @@ def test_a_source_position_and_a_parse_built_without_init_equal_those_built_with
     names = [f.name for f in dataclasses.fields(DcgmParse)]
     assert type(parsed) is DcgmParse and list(vars(parsed)) == names and parsed.samples
     assert DcgmParse(**{n: getattr(parsed, n) for n in names}) == parsed
+
+
+def test_built_in_c_is_the_reference():
+    """``built`` in C adopts the dict as the reference does (the same dict, so the same fields in
+    the same order, nothing copied), an empty one too; it sets a slotted class's fields in its
+    slots, which the reference cannot; anything but a class and a dict is refused."""
+    import pytest
+
+    from gpuledger.domain import facts
+    from gpuledger.domain.facts import python_built
+
+    assert facts.built is not python_built  # (make setup builds the C modules)
+    for build in (facts.built, python_built):
+        d = {"topic": "t", "partition": 1, "offset": 2}
+        pos = build(SourcePos, d)
+        assert type(pos) is SourcePos and vars(pos) is d and pos == SourcePos("t", 1, 2)
+
+        class Bare:
+            pass
+
+        empty = {}
+        assert vars(build(Bare, empty)) is empty
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Slotted:
+        a: int
+        b: str
+
+    s = facts.built(Slotted, {"b": "x", "a": 1})
+    assert s == Slotted(1, "x") and not hasattr(s, "__dict__")
+    with pytest.raises((TypeError, AttributeError)):
+        python_built(Slotted, {"a": 1, "b": "x"})
+    for bad in ((SourcePos, [("topic", "t")]), ("SourcePos", {}), (SourcePos,)):
+        with pytest.raises(TypeError):
+            facts.built(*bad)
