@@ -137,7 +137,7 @@ class SinkLoop:
         while True:
             try:
                 with self.lock:
-                    counts = self.facts.write([(k, v) for k, vs in by_kind.items() for v in vs])
+                    counts = self.facts.write_grouped(by_kind)
                     self._references(references)
                     for part in progress:
                         self.store.save_checkpoint(*progress_checkpoint(part))

@@ -28,13 +28,13 @@ else ``"<kind>:<fact_id>"``; for an undecodable value, ``"<kind>#<i>"``, ``i`` i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from gpuledger.domain.facts import FactBatch
 from gpuledger.sinks.base import FactStore, PermanentStoreError
 from gpuledger.sinks.isolate import TABLES, settle_batch, write_isolating
 from gpuledger.streams.fact_batches import split_batch
-from gpuledger.streams.fact_codec import BULK_KINDS, FACT_KINDS, FactCodecError, checked_bodies, container, decode_facts
+from gpuledger.streams.fact_codec import BULK_KINDS, FACT_KINDS, FactCodecError, checked_kept, container, decode_facts
 
 __all__ = ["DeadLetter", "FactSink"]
 
@@ -76,12 +76,29 @@ class FactSink:
         for i, (kind, value) in enumerate(messages):
             bucket = values.get(kind)
             if bucket is None:
-                self._undecodable(f"{kind}#{i}", f"unknown fact kind {kind!r}; kinds are {', '.join(FACT_KINDS)}",
-                                  value)
+                self._unknown_kind(f"{kind}#{i}", kind, value)
                 continue
             bucket.append(value)
             index[kind].append(i)
+        return self._write(values, index)
 
+    def write_grouped(self, by_kind: dict[str, list[bytes]]) -> dict[str, int]:
+        """``write`` of each kind's values of ``by_kind`` in turn, as a poll gathers them, without
+        a pair a fact: the same facts stored, dead letters (a value named by its place in that
+        order) and counts. The lists are read, never changed (a write retried reads them again)."""
+        values: dict[str, list[bytes]] = {k: [] for k in FACT_KINDS}
+        index: dict[str, Sequence[int]] = {k: [] for k in FACT_KINDS}
+        at = 0
+        for kind, vs in by_kind.items():
+            if kind in values:
+                values[kind], index[kind] = vs, range(at, at + len(vs))
+            else:
+                for j, value in enumerate(vs):
+                    self._unknown_kind(f"{kind}#{at + j}", kind, value)
+            at += len(vs)
+        return self._write(values, index)
+
+    def _write(self, values: dict[str, list[bytes]], index: dict[str, Sequence[int]]) -> dict[str, int]:
         whole = self._write_bulk(values, index)  # the common case: most facts never become objects here
 
         decoded: dict[str, _Decoded] = {}
@@ -114,9 +131,9 @@ class FactSink:
         self.stored_observed_ms = whole.pop("observed", []) + [f.observed_at_ms for f in batch.utilization]
         return {k: whole.get(k, 0) + len(decoded[k].facts) - refused[k] for k in FACT_KINDS}
 
-    def _write_bulk(self, values: dict[str, list[bytes]], index: dict[str, list[int]]) -> dict:
+    def _write_bulk(self, values: dict[str, list[bytes]], index: dict[str, Sequence[int]]) -> dict:
         """Hand the store each bulk kind's values as they came, when every one passes the
-        codec's checks (``checked_bodies``); those kinds are then taken out of ``values``.
+        codec's checks (``checked_kept``); those kinds are then taken out of ``values``.
         A kind with a value that fails, or that the store refuses for good, is left for the
         fact-by-fact path, which finds the value or row at fault. A store that is down raises
         (nothing is lost: the caller writes the same messages again)."""
@@ -124,15 +141,14 @@ class FactSink:
         for kind in BULK_KINDS:
             if not values[kind]:
                 continue
-            checked = checked_bodies(kind, values[kind])
-            if checked is None:
+            kept = checked_kept(kind, values[kind])
+            if kept is None:
                 continue
-            bodies, kept = checked
             try:
-                self.store.write_encoded(kind, container(kind, bodies))
+                self.store.write_encoded(kind, container(kind, values[kind], framed=True))
             except PermanentStoreError:
                 continue
-            out[kind] = len(bodies)
+            out[kind] = len(kept)
             if kind == "utilization":
                 out["observed"] = kept
             values[kind], index[kind] = [], []
@@ -147,6 +163,9 @@ class FactSink:
         except FactCodecError as exc:
             self._undecodable(source, str(exc), value)
             return []
+
+    def _unknown_kind(self, source: str, kind: str, raw: bytes) -> None:
+        self._undecodable(source, f"unknown fact kind {kind!r}; kinds are {', '.join(FACT_KINDS)}", raw)
 
     def _undecodable(self, source: str, reason: str, raw: bytes) -> None:
         self.undecodable += 1

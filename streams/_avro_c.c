@@ -327,6 +327,8 @@ static PyMethodDef methods[] = {
      "write_each(header, program, names, cls, facts, start, emit, topic, on_full) -> int: see streams/_avro_c.c"},
     {"check_all", check_all, METH_VARARGS,
      "check_all(header, program, keep, values) -> list | None: see streams/_avro_c.c"},
+    {"container", avro_container, METH_VARARGS,
+     "container(prefix, values, skip, suffix) -> bytes | None: see streams/_avro_write.c"},
     {"write_bodies", avro_write_bodies, METH_VARARGS,
      "write_bodies(program, names, cls, facts, start, budget) -> (bytes, int): see streams/_avro_write.c"},
     {"read", (PyCFunction)(void (*)(void))avro_read_record, METH_FASTCALL,

@@ -47,12 +47,13 @@ from gpuledger.streams.avro_writer import check_program, compile_checker, compil
 
 try:  # built at install (pyproject.toml); a source tree without the build writes and checks in Python
     from gpuledger.streams._avro_c import check_all as _check_all
+    from gpuledger.streams._avro_c import container as _container
     from gpuledger.streams._avro_c import write as _write
     from gpuledger.streams._avro_c import write_each as _write_each
 except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py requires it
-    _check_all = _write = _write_each = None
+    _check_all = _container = _write = _write_each = None
 
-__all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_bodies", "container",
+__all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_bodies", "checked_kept", "container",
            "decode_facts", "emit_encoded", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches",
            "schema_name"]
 
@@ -355,34 +356,40 @@ def encode_batch(batch: FactBatch) -> list[tuple[str, bytes, bytes]]:
     return list(iter_encoded(batch))
 
 
-def checked_bodies(kind: str, values: list[bytes]) -> tuple[list[bytes], list] | None:
-    """The Avro bodies of ``values`` (framed facts of ``kind`` in the latest version) and each
-    one's ``observed_at_ms`` (utilization; None for other kinds), when every value passes the
-    checks ``decode_facts`` makes (whole record, UTF-8, finite, in range); None when any does
-    not, or is of another version: then decode them one by one to find which."""
+def checked_kept(kind: str, values: list[bytes]) -> list | None:
+    """Each value's ``observed_at_ms`` (utilization; None for other kinds) when every one of
+    ``values`` (framed facts of ``kind`` in the latest version) passes the checks
+    ``decode_facts`` makes (whole record, UTF-8, finite, in range); None when any does not, or
+    is of another version: then decode them one by one to find which."""
     c = _codec(kind)
     if c.checker is None:
         return None
     if _check_all is not None and c.program is not None:
-        kept = _check_all(c.header, c.program[0], c.program[1], values if type(values) is list else list(values))
-        if kept is None:
-            return None
-    else:
-        try:
-            kept = [c.checker(v) for v in values]
-        except Exception:  # noqa: BLE001 — NotFast, or bytes that are not a record of the schema
-            return None
-    n = _HEADER.size
-    return [v[n:] for v in values], kept
+        return _check_all(c.header, c.program[0], c.program[1], values if type(values) is list else list(values))
+    try:
+        return [c.checker(v) for v in values]
+    except Exception:  # noqa: BLE001 — NotFast, or bytes that are not a record of the schema
+        return None
 
 
-def container(kind: str, bodies: list[bytes]) -> bytes:
-    """``bodies`` (of ``kind``'s latest schema) as an Avro object container file, uncompressed,
-    in one block: what ClickHouse's ``Avro`` input format reads, with no per-fact decoding."""
-    c = _codec(kind)
+def checked_bodies(kind: str, values: list[bytes]) -> tuple[list[bytes], list] | None:
+    """The Avro bodies of ``values`` and ``checked_kept``'s list, when that is not None."""
+    kept = checked_kept(kind, values)
+    return None if kept is None else ([v[_HEADER.size:] for v in values], kept)
+
+
+def container(kind: str, bodies: list[bytes], framed: bool = False) -> bytes:
+    """``bodies`` (of ``kind``'s latest schema; ``framed``: values as ``checked_kept`` takes
+    them, each body past its framing) as an Avro object container file, uncompressed, in one
+    block: what ClickHouse's ``Avro`` input format reads, with no per-fact decoding."""
+    c, skip = _codec(kind), _HEADER.size if framed else 0
     if not c.ocf_header:
         buf = io.BytesIO()
         fastavro.writer(buf, c.schema, [], codec="null")  # header only: magic, schema, codec, sync marker
         c.ocf_header = buf.getvalue()
-    block = b"".join(bodies)
-    return c.ocf_header + varint(len(bodies)) + varint(len(block)) + block + c.ocf_header[-16:]
+    if _container is not None and type(bodies) is list:
+        out = _container(c.ocf_header, bodies, skip, c.ocf_header[-16:])  # (each body copied once, in C)
+        if out is not None:
+            return out
+    block = b"".join(memoryview(b)[skip:] for b in bodies) if skip else b"".join(bodies)
+    return b"".join((c.ocf_header, varint(len(bodies)), varint(len(block)), block, c.ocf_header[-16:]))

@@ -249,3 +249,31 @@ def test_batch_records_store_the_facts_of_single_ones_and_a_broken_one_is_dead_l
     assert src == "gpuledger.facts.utilization/3@77" and raw == broken
     assert reason.startswith("FactCodecError: utilization_fact_batch v1: not a whole batch of utilization_fact v2")
     assert sink.undecodable == 1
+
+
+@pytest.mark.parametrize("bad", [frozenset(), {"u7", "d1"}])
+def test_values_written_grouped_by_kind_are_written_as_their_pairs_are(bad):
+    """``write_grouped`` (what the sink's loop hands over: each kind's values as a poll gathered
+    them) stores, dead-letters, names and counts exactly as ``write`` of the same values paired
+    kind after kind, with undecodable values, an unknown kind and refused rows among them, and
+    leaves the lists as they were (a write retried after an outage reads them again)."""
+    b = batch()
+    good = messages(b)
+    junk = [("utilization", b"\x00\x00\x00\x00\x02\xff"), ("capacity", good[0][1][:-3]), ("pods", b"x"),
+            ("demand", good[-1][1] + b"zz"), ("utilization", nan_value()), ("requests", b"")]
+    by_kind: dict[str, list[bytes]] = {}
+    for kind, value in junk[:3] + good + junk[3:]:
+        by_kind.setdefault(kind, []).append(value)
+    before = {k: list(vs) for k, vs in by_kind.items()}
+    runs = []
+    for grouped in (True, False):
+        store, dead = RefusingStore(bad=bad), Dead()
+        sink = FactSink(store, dead)
+        counts = sink.write_grouped(by_kind) if grouped else sink.write(
+            [(k, v) for k, vs in by_kind.items() for v in vs])
+        runs.append((counts, stored(store), list(dead), sink.undecodable, sink.refused, sink.stored_observed_ms))
+    assert runs[0] == runs[1] and by_kind == before
+    assert runs[0][0]["utilization"] == 16 - len(bad) // 2 and len(runs[0][2]) == 6 + len(bad)
+    kinds = list(by_kind)
+    pods_at = sum(len(by_kind[k]) for k in kinds[:kinds.index("pods")])  # its place in the values, kind after kind
+    assert f"pods#{pods_at}" in {s for s, _, _ in runs[0][2]} and pods_at > 0
