@@ -86,7 +86,7 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 PyObject *built_object(PyObject *cls, PyObject *d) {
     PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL), *k, *v;
     Py_ssize_t pos = 0, offset = 0;
-    int slots = 1;
+    int slots = PyDict_GET_SIZE(d) > 0;  /* (an empty dict is adopted: nothing to set) */
     if (o == NULL)
         return NULL;
     while (slots && PyDict_Next(d, &pos, &k, &v))  /* a class keeping them all in slots: set there */
@@ -109,12 +109,6 @@ static PyObject *built(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "built(cls, fields): a class and a dict");
         return NULL;
-    }
-    if (PyDict_GET_SIZE(args[1]) == 0) {  /* nothing to set: adopted, as the reference does */
-        PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)args[0], no_args, NULL);
-        if (o != NULL && PyObject_GenericSetAttr(o, s_dict, args[1]) < 0)
-            Py_CLEAR(o);
-        return o;
     }
     return built_object(args[0], args[1]);
 }
