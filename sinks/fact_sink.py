@@ -145,7 +145,7 @@ class FactSink:
             if kept is None:
                 continue
             try:
-                self.store.write_encoded(kind, container(kind, values[kind], framed=True))
+                self.store.write_encoded(kind, container(kind, values[kind]))
             except PermanentStoreError:
                 continue
             out[kind] = len(kept)

@@ -53,7 +53,7 @@ try:  # built at install (pyproject.toml); a source tree without the build write
 except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py requires it
     _check_all = _container = _write = _write_each = None
 
-__all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_bodies", "checked_kept", "container",
+__all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_kept", "container",
            "decode_facts", "emit_encoded", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches",
            "schema_name"]
 
@@ -372,24 +372,18 @@ def checked_kept(kind: str, values: list[bytes]) -> list | None:
         return None
 
 
-def checked_bodies(kind: str, values: list[bytes]) -> tuple[list[bytes], list] | None:
-    """The Avro bodies of ``values`` and ``checked_kept``'s list, when that is not None."""
-    kept = checked_kept(kind, values)
-    return None if kept is None else ([v[_HEADER.size:] for v in values], kept)
-
-
-def container(kind: str, bodies: list[bytes], framed: bool = False) -> bytes:
-    """``bodies`` (of ``kind``'s latest schema; ``framed``: values as ``checked_kept`` takes
-    them, each body past its framing) as an Avro object container file, uncompressed, in one
-    block: what ClickHouse's ``Avro`` input format reads, with no per-fact decoding."""
-    c, skip = _codec(kind), _HEADER.size if framed else 0
+def container(kind: str, values: list[bytes]) -> bytes:
+    """The bodies of ``values`` (framed facts of ``kind``'s latest schema, as ``checked_kept``
+    takes them) as an Avro object container file, uncompressed, in one block: what
+    ClickHouse's ``Avro`` input format reads, with no per-fact decoding."""
+    c, skip = _codec(kind), _HEADER.size
     if not c.ocf_header:
         buf = io.BytesIO()
         fastavro.writer(buf, c.schema, [], codec="null")  # header only: magic, schema, codec, sync marker
         c.ocf_header = buf.getvalue()
-    if _container is not None and type(bodies) is list:
-        out = _container(c.ocf_header, bodies, skip, c.ocf_header[-16:])  # (each body copied once, in C)
+    if _container is not None and type(values) is list:
+        out = _container(c.ocf_header, values, skip, c.ocf_header[-16:])  # (each body copied once, in C)
         if out is not None:
             return out
-    block = b"".join(memoryview(b)[skip:] for b in bodies) if skip else b"".join(bodies)
-    return b"".join((c.ocf_header, varint(len(bodies)), varint(len(block)), block, c.ocf_header[-16:]))
+    block = b"".join(memoryview(v)[skip:] for v in values)
+    return b"".join((c.ocf_header, varint(len(values)), varint(len(block)), block, c.ocf_header[-16:]))
