@@ -51,23 +51,18 @@ class Cadence:
 
     def step(self, last_ms: int, next_ms: int, ceiling_ms: int) -> int:
         """Where the sample at ``last_ms`` stops standing, given the next one at ``next_ms``;
-        learns the interval when it is within the limit. (``sample_end_ms`` and the median
-        worked out here, without their calls: a step is taken for every scrape and snapshot.)"""
-        ordered = self._sorted
-        if ordered is None:
-            ordered = self._sorted = sorted(self.intervals_ms)
-        median = ordered[len(ordered) // 2] if ordered else None
-        interval = next_ms - last_ms
-        if interval <= (ceiling_ms if median is None else min(ceiling_ms, STALE_CADENCES * median)):
-            end = next_ms
-        else:
-            end = last_ms + (median if median is not None else 0)
-        if end == next_ms:  # (also a late sample whose one cadence ends right at the next one)
-            intervals = self.intervals_ms
-            intervals.append(interval)
-            insort(ordered, interval)
-            while len(intervals) > WINDOW:
-                del ordered[bisect_left(ordered, intervals.pop(0))]
+        learns the interval when it is within the limit."""
+        end = sample_end_ms(self, last_ms, next_ms, ceiling_ms)
+        if end == next_ms:
+            learnt, intervals = next_ms - last_ms, self.intervals_ms
+            intervals.append(learnt)
+            ordered = self._sorted
+            if ordered is not None:  # the sorted copy follows
+                insort(ordered, learnt)
+                while len(intervals) > WINDOW:
+                    del ordered[bisect_left(ordered, intervals.pop(0))]
+            else:
+                del intervals[:-WINDOW]
         return end
 
 
