@@ -204,6 +204,20 @@ class KafkaBroker:
             return None
         return pid if _pid_alive(pid) else None
 
+    @classmethod
+    def started_address(cls, home: Path) -> str | None:
+        """The client address of the broker ``home`` started, while its process lives; None
+        when it runs none (or was never set up)."""
+        kafka = (home / "kafka").resolve()
+        try:
+            pid = int((kafka / "broker.pid").read_text().strip())
+            props = dict(line.split("=", 1) for line in (kafka / "server.properties").read_text().splitlines()
+                         if "=" in line)
+        except (OSError, ValueError):
+            return None
+        listener = props.get("advertised.listeners", "")
+        return listener.split("://", 1)[1] if _pid_alive(pid) and "://" in listener else None
+
     def reachable(self, timeout_s: float = 2.0) -> bool:
         try:
             with socket.create_connection((self.host, self.port), timeout=timeout_s):

@@ -23,18 +23,32 @@ from gpuledger.bus.offsets import read_extents
 from gpuledger.schemas import Codec
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.stack import KafkaBroker
+from gpuledger.stack.kafka import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-BOOTSTRAP = os.environ.get("GPULEDGER_TEST_BOOTSTRAP", "127.0.0.1:19092")
+TEST_BROKER_HOME = REPO / ".gpuledger" / "test-broker"
 LIBS = Path(os.environ.get("GPULEDGER_KAFKA_LIBS", REPO / ".cache/kafka-3.9.2/libs"))
 GPULEDGER = [sys.executable, "-m", "gpuledger.cli.main"]
 
 
+def chosen_bootstrap() -> str:
+    """The test broker's address: GPULEDGER_TEST_BOOTSTRAP when set (a broker to share), else
+    that of the broker this checkout's tests started while it runs, else a free port. A broker
+    another checkout (or its test run) keeps on this machine is never used by chance: when it
+    stops, this run's tests would lose their broker."""
+    return (os.environ.get("GPULEDGER_TEST_BOOTSTRAP") or KafkaBroker.started_address(TEST_BROKER_HOME)
+            or f"127.0.0.1:{free_port()}")
+
+
+BOOTSTRAP = chosen_bootstrap()
+
+
 @pytest.fixture(scope="session")
 def broker():
-    b = KafkaBroker(REPO / ".gpuledger" / "test-broker", BOOTSTRAP, LIBS)
-    started = b.status().pid is None and not b.reachable(1.0)
+    b = KafkaBroker(TEST_BROKER_HOME, BOOTSTRAP, LIBS)
+    started = not b.reachable(1.0)
     if started:
+        b.down()  # this checkout's broker when it runs but does not answer: its address was not taken
         shutil.rmtree(b.dir, ignore_errors=True)  # each session starts from an empty broker, as CI does
         b.up(progress=lambda m: print(m, file=sys.stderr))
     b.owned = started or b.status().pid is not None  # the fault suite may stop and start it

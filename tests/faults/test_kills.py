@@ -158,7 +158,8 @@ def test_sigkill_of_ingest(long_truth, record_trial, share):
 def test_broker_stop_and_start_while_processing(long_truth, broker, record_trial):
     """The broker stops once the worker has committed a third of the day (mid-stream, checked)."""
     root, capture, want, _, _ = long_truth
-    assert broker.owned, "the fault suite stops and starts the broker it started: stop the one at the test port"
+    assert broker.owned, ("the fault suite stops and starts the broker it started: unset GPULEDGER_TEST_BOOTSTRAP, "
+                          "which names a broker this run did not start")
     started = time.monotonic()
     stack = Stack(root / "broker-restart", f"t{uuid.uuid4().hex[:10]}", {"GPULEDGER_CHECKPOINT_INTERVAL_S": "0.5"})
     stack.run("ingest", str(capture))
