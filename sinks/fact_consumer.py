@@ -91,7 +91,7 @@ class SinkLoop:
         poll ask for 1,000 records and a write take ~240,000 facts. Then the write and the
         commit."""
         msgs: list = []
-        by_kind: dict[str, list[bytes]] = {}
+        by_kind: dict[str, list] = {}  # a kind: its values, single facts and CheckedBatch records
         progress, references = [], []
         facts, wait = 0, timeout_s
         while facts < self.batch_records and len(msgs) < self.batch_records:
@@ -107,13 +107,13 @@ class SinkLoop:
                 kind = self.kinds.get(topic)
                 if kind is not None:
                     values = by_kind.setdefault(kind, [])
-                    n = len(values)
-                    if is_batch(m.headers()):  # a worker's batch record: its facts, each a single value
-                        values += self.facts.unbatch(kind, m.value(), f"{topic}/{m.partition()}@{m.offset()}")
+                    if is_batch(m.headers()):  # a worker's batch record: kept whole once checked, else split
+                        added = self.facts.gather(values, kind, m.value(), f"{topic}/{m.partition()}@{m.offset()}")
                     else:
                         values.append(m.value())
-                    facts += len(values) - n
-                    largest = max(largest, len(values) - n)
+                        added = 1
+                    facts += added
+                    largest = max(largest, added)
                 elif topic == self.topics.progress.name:
                     progress.append(orjson.loads(m.value()))
                 elif self.reference_stops is None or \
@@ -132,7 +132,7 @@ class SinkLoop:
             self.positions[f"{t}:{p}"] = o
         return len(msgs)
 
-    def _write(self, by_kind: dict[str, list[bytes]], progress: list[dict], references: list[bytes]) -> None:
+    def _write(self, by_kind: dict[str, list], progress: list[dict], references: list[bytes]) -> None:
         delay, down_since = 0.5, None
         while True:
             try:

@@ -1,8 +1,11 @@
 """The end of the fact topics: values read from Kafka -> facts -> the store.
 
-``FactSink.write`` takes a poll's worth of ``(kind, value)`` messages. The bulk kinds
-(capacity, utilization, health: nearly every fact) go to the store as they came, in an Avro
-container ClickHouse reads itself, once every value passed the codec's checks. Anything else,
+``FactSink.write`` takes a poll's worth of ``(kind, value)`` messages (``write_grouped``: each
+kind's values as a poll gathers them, where a worker's batch record that passed the checks
+whole stands for its facts, ``gather``). The bulk kinds (capacity, utilization, health: nearly
+every fact) go to the store as they came, in an Avro container ClickHouse reads itself, once
+every value passed the codec's checks: a batch record's facts are copied once, from the record
+into the container. Anything else,
 and a bulk kind with a value that fails them or that the store refuses for good, is decoded
 kind by kind (streams/fact_codec.py) and written in one batch through ``write_isolating``
 (sinks/isolate.py), so:
@@ -28,18 +31,31 @@ else ``"<kind>:<fact_id>"``; for an undecodable value, ``"<kind>#<i>"``, ``i`` i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from gpuledger.domain.facts import FactBatch
 from gpuledger.sinks.base import FactStore, PermanentStoreError
 from gpuledger.sinks.isolate import TABLES, settle_batch, write_isolating
-from gpuledger.streams.fact_batches import split_batch
+from gpuledger.streams.fact_batches import batch_container, checked_batch, split_batch
 from gpuledger.streams.fact_codec import BULK_KINDS, FACT_KINDS, FactCodecError, checked_kept, container, decode_facts
 
-__all__ = ["DeadLetter", "FactSink"]
+__all__ = ["CheckedBatch", "DeadLetter", "FactSink"]
 
 DeadLetter = Callable[[str, str, bytes], None]  # (source, reason, raw)
 _KIND_OF_TABLE = {table: kind for kind, table in TABLES.items()}
+
+
+class CheckedBatch(NamedTuple):
+    """A batch record whose every fact passed the checks (streams/fact_batches.py
+    ``checked_batch``), kept as it came among a kind's values: its facts are copied once, into
+    the store's container, or split into single values when they take the fact-by-fact path."""
+
+    value: bytes
+    count: int  # its facts
+    kept: list | None  # each fact's observed_at_ms (utilization)
+    spans: tuple  # (count, from, to) of each block of its array
 
 
 class _Decoded:
@@ -85,17 +101,19 @@ class FactSink:
     def write_grouped(self, by_kind: dict[str, list[bytes]]) -> dict[str, int]:
         """``write`` of each kind's values of ``by_kind`` in turn, as a poll gathers them, without
         a pair a fact: the same facts stored, dead letters (a value named by its place in that
-        order) and counts. The lists are read, never changed (a write retried reads them again)."""
-        values: dict[str, list[bytes]] = {k: [] for k in FACT_KINDS}
+        order, a ``CheckedBatch`` standing for its facts) and counts. The lists are read, never
+        changed (a write retried reads them again)."""
+        values: dict[str, list] = {k: [] for k in FACT_KINDS}
         index: dict[str, Sequence[int]] = {k: [] for k in FACT_KINDS}
         at = 0
         for kind, vs in by_kind.items():
+            n = sum(v.count if type(v) is CheckedBatch else 1 for v in vs) if kind in BULK_KINDS else len(vs)
             if kind in values:
-                values[kind], index[kind] = vs, range(at, at + len(vs))
+                values[kind], index[kind] = vs, range(at, at + n)
             else:
                 for j, value in enumerate(vs):
                     self._unknown_kind(f"{kind}#{at + j}", kind, value)
-            at += len(vs)
+            at += n
         return self._write(values, index)
 
     def _write(self, values: dict[str, list[bytes]], index: dict[str, Sequence[int]]) -> dict[str, int]:
@@ -141,6 +159,19 @@ class FactSink:
         for kind in BULK_KINDS:
             if not values[kind]:
                 continue
+            if all(type(v) is CheckedBatch for v in values[kind]):  # a worker's batch records: checked already
+                batches = values[kind]
+                try:
+                    self.store.write_encoded(kind, batch_container(kind, [(b.value, b.spans) for b in batches]))
+                except PermanentStoreError:
+                    values[kind] = _singles(kind, batches)
+                    continue
+                out[kind] = sum(b.count for b in batches)
+                if kind == "utilization":
+                    out["observed"] = list(itertools.chain.from_iterable(b.kept for b in batches))
+                values[kind], index[kind] = [], []
+                continue
+            values[kind] = _singles(kind, values[kind])
             kept = checked_kept(kind, values[kind])
             if kept is None:
                 continue
@@ -153,6 +184,21 @@ class FactSink:
                 out["observed"] = kept
             values[kind], index[kind] = [], []
         return out
+
+    def gather(self, values: list, kind: str, value: bytes, source: str) -> int:
+        """Add the facts of a batch record of ``kind`` read at ``source`` ("topic/partition@offset")
+        to ``values`` (the kind's values for ``write_grouped``) and return how many: the record
+        as it came (a ``CheckedBatch``) when every fact of it passes the checks, else its facts
+        as single values (``unbatch``: none when it is not a whole batch)."""
+        if kind in BULK_KINDS:
+            checked = checked_batch(kind, value)
+            if checked is not None:
+                if checked[0]:
+                    values.append(CheckedBatch(value, *checked))
+                return checked[0]
+        facts = self.unbatch(kind, value, source)
+        values += facts
+        return len(facts)
 
     def unbatch(self, kind: str, value: bytes, source: str) -> list[bytes]:
         """The facts of a batch record of ``kind`` read at ``source`` ("topic/partition@offset"),
@@ -170,6 +216,20 @@ class FactSink:
     def _undecodable(self, source: str, reason: str, raw: bytes) -> None:
         self.undecodable += 1
         self.dead_letter(source, f"FactCodecError: {reason}", bytes(raw or b""))
+
+
+def _singles(kind: str, values: list) -> list[bytes]:
+    """``values`` with each ``CheckedBatch`` among them split into its facts' single values (in
+    place of it); ``values`` itself when it holds none."""
+    if not any(type(v) is CheckedBatch for v in values):
+        return values
+    out: list[bytes] = []
+    for v in values:
+        if type(v) is CheckedBatch:
+            out += split_batch(kind, v.value)
+        else:
+            out.append(v)
+    return out
 
 
 def _source(kind: str, fact) -> str:

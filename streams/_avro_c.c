@@ -26,6 +26,12 @@
  * Returns each item as fact_header + its body (a framed single fact), when every item is a
  * whole record of the schema with the same checks as check_all's and nothing follows the
  * array; None when the value is not such a batch.
+ *
+ * check_batch(batch_header, program, keep, value) -> (count, kept, spans) | None
+ *   The same walk and checks as split_batch's, without a copy of any item: the items' count,
+ *   the list of each item's kept field as check_all gives it (None when keep is -1), and a
+ *   tuple of (count, from, to) a block of the array, value[from:to] the bodies of its items;
+ *   None when the value is not such a batch.
  */
 #include "_avro_c.h"  /* Python.h first, as it must be */
 
@@ -211,70 +217,167 @@ static int read_long(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int64_
     return zigzag(raw, INT64_MIN, INT64_MAX, out);
 }
 
-static PyObject *split_batch(PyObject *self, PyObject *args) {
-    const char *bhdr, *fhdr, *prog;
-    Py_ssize_t bhlen, fhlen, plen, L, p;
-    PyObject *value, *out;
-    const unsigned char *b;
-    if (!PyArg_ParseTuple(args, "y#y#y#O!", &bhdr, &bhlen, &fhdr, &fhlen, &prog, &plen, &PyBytes_Type, &value))
-        return NULL;
-    if (check_program(prog, plen) != OK)
-        return NULL;
-    b = (const unsigned char *)PyBytes_AS_STRING(value);
-    L = PyBytes_GET_SIZE(value);
+/* What walk_batch hands each item (its body at b[start:end], the kept field) and each block
+ * (its count and the span of its items' bodies) to; either may be NULL. OK, or ERR with a
+ * Python exception set. */
+typedef int (*item_fn)(void *ctx, const unsigned char *b, Py_ssize_t start, Py_ssize_t end, int64_t kept,
+                       int has_kept);
+typedef int (*block_fn)(void *ctx, int64_t count, Py_ssize_t from, Py_ssize_t to);
+
+/* A batch record's array, every item checked as check_one checks a single value: OK when it is
+ * a whole batch (the header, blocks of whole items, the closing 0, nothing after), BAD when not,
+ * ERR when a callback or the check set an exception. */
+static int walk_batch(const unsigned char *b, Py_ssize_t L, const char *bhdr, Py_ssize_t bhlen,
+                      const unsigned char *prog, Py_ssize_t fields, Py_ssize_t keep, item_fn item, block_fn block,
+                      void *ctx) {
+    Py_ssize_t p = bhlen;
     if (L < bhlen || memcmp(b, bhdr, (size_t)bhlen) != 0)
-        Py_RETURN_NONE;
-    if ((out = PyList_New(0)) == NULL)
-        return NULL;
-    p = bhlen;
+        return BAD;
     for (;;) {  /* blocks: a count (negative: then its size in bytes), the items; a count of 0 ends */
         int64_t count, size = -1, k;
         Py_ssize_t items_from;
         if (read_long(b, L, &p, &count) != OK)
-            goto bad;
+            return BAD;
         if (count == 0)
             break;
         if (count < 0) {
             if (count == INT64_MIN || read_long(b, L, &p, &size) != OK || size < 0)
-                goto bad;
+                return BAD;
             count = -count;
         }
         items_from = p;
         if (count > L - p)  /* every item takes a byte at least */
-            goto bad;
+            return BAD;
         for (k = 0; k < count; k++) {
             Py_ssize_t start = p;
             int64_t kept = 0;
             int has_kept = 0, r;
-            PyObject *one;
-            r = walk_fields(b, L, &p, (const unsigned char *)prog, plen / 2, -1, &kept, &has_kept);
-            if (r == ERR) {
-                Py_DECREF(out);
-                return NULL;
-            }
+            r = walk_fields(b, L, &p, prog, fields, keep, &kept, &has_kept);
             if (r != OK)
-                goto bad;
-            if ((one = PyBytes_FromStringAndSize(NULL, fhlen + (p - start))) == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            memcpy(PyBytes_AS_STRING(one), fhdr, (size_t)fhlen);
-            memcpy(PyBytes_AS_STRING(one) + fhlen, b + start, (size_t)(p - start));
-            r = PyList_Append(out, one);
-            Py_DECREF(one);
-            if (r < 0) {
-                Py_DECREF(out);
-                return NULL;
-            }
+                return r;
+            if (item != NULL && item(ctx, b, start, p, kept, has_kept) != OK)
+                return ERR;
         }
         if (size >= 0 && p - items_from != size)  /* a block's stated size is its items' */
-            goto bad;
+            return BAD;
+        if (block != NULL && block(ctx, count, items_from, p) != OK)
+            return ERR;
     }
-    if (p == L)
-        return out;
-bad:
-    Py_DECREF(out);
+    return p == L ? OK : BAD;
+}
+
+typedef struct {
+    PyObject *out;
+    const char *fhdr;
+    Py_ssize_t fhlen;
+} Split;
+
+static int split_item(void *ctx, const unsigned char *b, Py_ssize_t start, Py_ssize_t end, int64_t kept,
+                      int has_kept) {
+    Split *s = ctx;
+    PyObject *one = PyBytes_FromStringAndSize(NULL, s->fhlen + (end - start));
+    int r;
+    (void)kept, (void)has_kept;
+    if (one == NULL)
+        return ERR;
+    memcpy(PyBytes_AS_STRING(one), s->fhdr, (size_t)s->fhlen);
+    memcpy(PyBytes_AS_STRING(one) + s->fhlen, b + start, (size_t)(end - start));
+    r = PyList_Append(s->out, one);
+    Py_DECREF(one);
+    return r < 0 ? ERR : OK;
+}
+
+static PyObject *split_batch(PyObject *self, PyObject *args) {
+    const char *bhdr, *prog;
+    Py_ssize_t bhlen, plen;
+    PyObject *value;
+    Split s;
+    int r;
+    if (!PyArg_ParseTuple(args, "y#y#y#O!", &bhdr, &bhlen, &s.fhdr, &s.fhlen, &prog, &plen, &PyBytes_Type, &value))
+        return NULL;
+    if (check_program(prog, plen) != OK)
+        return NULL;
+    if ((s.out = PyList_New(0)) == NULL)
+        return NULL;
+    r = walk_batch((const unsigned char *)PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), bhdr, bhlen,
+                   (const unsigned char *)prog, plen / 2, -1, split_item, NULL, &s);
+    if (r == OK)
+        return s.out;
+    Py_DECREF(s.out);
+    if (r == ERR)
+        return NULL;
     Py_RETURN_NONE;
+}
+
+typedef struct {
+    PyObject *kept, *spans;  /* kept: NULL without a kept field */
+    int64_t count;
+} Checked;
+
+static int check_item(void *ctx, const unsigned char *b, Py_ssize_t start, Py_ssize_t end, int64_t kept,
+                      int has_kept) {
+    Checked *c = ctx;
+    PyObject *k;
+    int r;
+    (void)b, (void)start, (void)end;
+    if (c->kept == NULL)
+        return OK;
+    if (has_kept) {
+        if ((k = PyLong_FromLongLong(kept)) == NULL)
+            return ERR;
+    } else {
+        k = Py_None;
+        Py_INCREF(k);
+    }
+    r = PyList_Append(c->kept, k);
+    Py_DECREF(k);
+    return r < 0 ? ERR : OK;
+}
+
+static int check_block(void *ctx, int64_t count, Py_ssize_t from, Py_ssize_t to) {
+    Checked *c = ctx;
+    PyObject *span = Py_BuildValue("(Lnn)", (long long)count, from, to);
+    int r;
+    if (span == NULL)
+        return ERR;
+    r = PyList_Append(c->spans, span);
+    Py_DECREF(span);
+    c->count += count;
+    return r < 0 ? ERR : OK;
+}
+
+static PyObject *check_batch(PyObject *self, PyObject *args) {
+    const char *bhdr, *prog;
+    Py_ssize_t bhlen, plen, keep;
+    PyObject *value, *spans;
+    Checked c = {NULL, NULL, 0};
+    int r;
+    if (!PyArg_ParseTuple(args, "y#y#nO!", &bhdr, &bhlen, &prog, &plen, &keep, &PyBytes_Type, &value))
+        return NULL;
+    if (check_program(prog, plen) != OK)
+        return NULL;
+    if ((c.spans = PyList_New(0)) == NULL || (keep >= 0 && (c.kept = PyList_New(0)) == NULL))
+        goto error;
+    r = walk_batch((const unsigned char *)PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), bhdr, bhlen,
+                   (const unsigned char *)prog, plen / 2, keep, check_item, check_block, &c);
+    if (r == ERR)
+        goto error;
+    if (r != OK) {
+        Py_XDECREF(c.kept);
+        Py_DECREF(c.spans);
+        Py_RETURN_NONE;
+    }
+    spans = PyList_AsTuple(c.spans);
+    Py_DECREF(c.spans);
+    if (spans == NULL) {
+        Py_XDECREF(c.kept);
+        return NULL;
+    }
+    return Py_BuildValue("(LNN)", (long long)c.count, c.kept != NULL ? c.kept : Py_NewRef(Py_None), spans);
+error:
+    Py_XDECREF(c.kept);
+    Py_XDECREF(c.spans);
+    return NULL;
 }
 
 static PyObject *check_all(PyObject *self, PyObject *args) {
@@ -335,6 +438,10 @@ static PyMethodDef methods[] = {
      "read(header, program, names, value) -> dict | None: see streams/_avro_read.c"},
     {"split_batch", split_batch, METH_VARARGS,
      "split_batch(batch_header, fact_header, program, value) -> list | None: see streams/_avro_c.c"},
+    {"check_batch", check_batch, METH_VARARGS,
+     "check_batch(batch_header, program, keep, value) -> (int, list | None, tuple) | None: see streams/_avro_c.c"},
+    {"batch_container", avro_batch_container, METH_VARARGS,
+     "batch_container(prefix, records, suffix) -> bytes | None: see streams/_avro_write.c"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,6 +18,7 @@ PyObject *avro_write_record(PyObject *self, PyObject *args);
 PyObject *avro_write_each(PyObject *self, PyObject *args);
 PyObject *avro_write_bodies(PyObject *self, PyObject *args);
 PyObject *avro_container(PyObject *self, PyObject *args);
+PyObject *avro_batch_container(PyObject *self, PyObject *args);
 PyObject *avro_body_of(const char *prog, Py_ssize_t plen, PyObject *const *values, Py_ssize_t n);
 #define BODY_API "gpuledger.streams._avro_c.body_of"  /* the capsule of avro_body_of, the module's body_of */
 

@@ -38,6 +38,13 @@
  *   the count of values and the size of their bodies (Avro longs), each value past its first
  *   skip bytes (its framing), then suffix; copied once, with no bytes object a value. None
  *   where a value is not bytes or is shorter than skip.
+ *
+ * batch_container(prefix, records, suffix) -> bytes | None
+ *   An Avro object container file of a block per block of batch records' arrays
+ *   (streams/fact_batches.py ``batch_container``): records a list of (value, spans), spans as
+ *   check_batch (streams/_avro_c.c) gives them; prefix, then per span its count and size (Avro
+ *   longs), value[from:to] and suffix (the sync marker). Each body is copied once, in one
+ *   memcpy a block. None where a record or span is not of that shape or not within its value.
  */
 #include "_avro_c.h"  /* Python.h first, as it must be */
 
@@ -394,5 +401,76 @@ PyObject *avro_container(PyObject *self, PyObject *args) {
         o += PyBytes_GET_SIZE(v) - skip;
     }
     memcpy(o, suf, slen);
+    return out;
+}
+
+/* One (count, from, to) span of a block of value, as check_batch gives them: 0 when it is
+ * one within value, else -1. */
+static int span_of(PyObject *span, Py_ssize_t L, long long *count, Py_ssize_t *from, Py_ssize_t *to) {
+    if (!PyTuple_CheckExact(span) || PyTuple_GET_SIZE(span) != 3)
+        return -1;
+    *count = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0));
+    *from = PyLong_AsSsize_t(PyTuple_GET_ITEM(span, 1));
+    *to = PyLong_AsSsize_t(PyTuple_GET_ITEM(span, 2));
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return *count > 0 && *from >= 0 && *from <= *to && *to <= L ? 0 : -1;
+}
+
+PyObject *avro_batch_container(PyObject *self, PyObject *args) {
+    const char *pre, *suf;
+    Py_ssize_t plen, slen, n, i, j, total;
+    PyObject *records, *out;
+    char *o;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y#O!y#", &pre, &plen, &PyList_Type, &records, &suf, &slen))
+        return NULL;
+    n = PyList_GET_SIZE(records);
+    total = plen;
+    for (i = 0; i < n; i++) {  /* first the size, every span checked */
+        PyObject *r = PyList_GET_ITEM(records, i), *value, *spans;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2)
+            Py_RETURN_NONE;
+        value = PyTuple_GET_ITEM(r, 0), spans = PyTuple_GET_ITEM(r, 1);
+        if (!PyBytes_CheckExact(value) || !PyTuple_CheckExact(spans))
+            Py_RETURN_NONE;
+        for (j = 0; j < PyTuple_GET_SIZE(spans); j++) {
+            long long count;
+            Py_ssize_t from, to;
+            if (span_of(PyTuple_GET_ITEM(spans, j), PyBytes_GET_SIZE(value), &count, &from, &to) != 0)
+                Py_RETURN_NONE;
+            total += 20 + (to - from) + slen;  /* two longs of 10 bytes at most */
+        }
+    }
+    if ((out = PyBytes_FromStringAndSize(NULL, total)) == NULL)
+        return NULL;
+    o = PyBytes_AS_STRING(out);
+    memcpy(o, pre, plen);
+    o += plen;
+    for (i = 0; i < n; i++) {  /* then the blocks, each body copied once */
+        PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), 0);
+        PyObject *spans = PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), 1);
+        for (j = 0; j < PyTuple_GET_SIZE(spans); j++) {
+            long long count = 0;
+            Py_ssize_t from = 0, to = 0;
+            Buf counts;
+            span_of(PyTuple_GET_ITEM(spans, j), PyBytes_GET_SIZE(value), &count, &from, &to);
+            counts.p = counts.small, counts.n = 0, counts.cap = sizeof counts.small;
+            if (put_varint(&counts, count) != OK || put_varint(&counts, to - from) != OK) {  /* (no allocation) */
+                Py_DECREF(out);
+                return NULL;
+            }
+            memcpy(o, counts.p, counts.n);
+            o += counts.n;
+            memcpy(o, PyBytes_AS_STRING(value) + from, to - from);
+            o += to - from;
+            memcpy(o, suf, slen);
+            o += slen;
+        }
+    }
+    if (_PyBytes_Resize(&out, o - PyBytes_AS_STRING(out)) < 0)
+        return NULL;
     return out;
 }

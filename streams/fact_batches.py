@@ -23,6 +23,10 @@ facts of a batch, every item checked as the sink checks single values (whole rec
 finite numbers, integer ranges, nothing after the array), or raises ``FactCodecError``: the
 sink then dead-letters the whole record with its position, since no item boundary can be
 trusted past a broken one.
+
+``checked_batch`` makes the same checks without splitting: the sink keeps a batch that passes
+them as it came, and ``batch_container`` copies its array's blocks, each in one piece, into
+the Avro container the store reads (a block of the container a block of the array).
 """
 
 from __future__ import annotations
@@ -37,17 +41,20 @@ import fastavro
 from gpuledger.domain.facts import FactBatch
 from gpuledger.schemas.registry import latest_version, load_schema
 from gpuledger.streams.avro_writer import _read_varint, check_program, varint
-from gpuledger.streams.fact_codec import _CODECS, _HEADER, BULK_KINDS, FACT_KINDS, FactCodecError, emit_encoded
+from gpuledger.streams.fact_codec import (_CODECS, _HEADER, BULK_KINDS, FACT_KINDS, FactCodecError, emit_encoded,
+                                          ocf_header)
 
 try:  # built at install (pyproject.toml), as the rest of _avro_c
+    from gpuledger.streams._avro_c import batch_container as _batch_container
     from gpuledger.streams._avro_c import body_of as _body_of
+    from gpuledger.streams._avro_c import check_batch as _check_batch
     from gpuledger.streams._avro_c import split_batch as _split_batch
     from gpuledger.streams._avro_c import write_bodies as _write_bodies
 except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py requires it
-    _body_of = _split_batch = _write_bodies = None
+    _batch_container = _body_of = _check_batch = _split_batch = _write_bodies = None
 
-__all__ = ["BATCH_HEADER", "BATCH_HEADERS", "BATCH_MAX_BYTES", "batch_schema_name", "emit_batched",
-           "encode_fact_bodies", "is_batch", "split_batch"]
+__all__ = ["BATCH_HEADER", "BATCH_HEADERS", "BATCH_MAX_BYTES", "batch_container", "batch_schema_name",
+           "checked_batch", "emit_batched", "encode_fact_bodies", "is_batch", "split_batch"]
 
 BATCH_HEADER = ("gpuledger-batch", b"1")  # the Kafka header of a batch record
 BATCH_HEADERS = [BATCH_HEADER]
@@ -232,3 +239,42 @@ def split_batch(kind: str, value: bytes) -> list[bytes]:
         out.append(one.getvalue())
     return out
 
+
+
+def checked_batch(kind: str, value: bytes) -> tuple[int, list | None, tuple] | None:
+    """``value``, a batch record of ``kind``, checked as ``split_batch`` checks it but with no
+    fact copied: (the facts' count, each one's ``observed_at_ms`` as ``checked_kept`` gives it
+    (utilization; None for other kinds), the ``(count, from, to)`` of each block of its array
+    for ``batch_container``) when it is a whole batch of ``kind``'s latest fact version; None
+    when it is not, holds facts of another version, or the C module is not built: then
+    ``split_batch`` splits it or names what is wrong."""
+    c = _CODECS[kind]
+    if _check_batch is None or c.program is None or type(value) is not bytes or len(value) < _HEADER.size:
+        return None
+    magic, version = _HEADER.unpack_from(value)
+    if magic != 0:
+        return None
+    try:
+        header, _, _, _, _, fact_version = _reader(kind, version)
+    except FactCodecError:
+        return None
+    if fact_version != c.version:
+        return None
+    return _check_batch(header, c.program[0], c.program[1], value)
+
+
+def batch_container(kind: str, records: list[tuple[bytes, tuple]]) -> bytes:
+    """An Avro object container file of ``kind``'s latest schema (as ``container`` makes from
+    single values) holding the facts of batch records, each ``(value, spans)`` with the spans
+    ``checked_batch`` gave: a block of the file for each block of their arrays, its bodies
+    copied in one piece."""
+    head = ocf_header(kind)
+    if _batch_container is not None and type(records) is list:
+        out = _batch_container(head, records, head[-16:])
+        if out is not None:
+            return out
+    parts = [head]
+    for value, spans in records:
+        for count, start, end in spans:
+            parts += (varint(count), varint(end - start), memoryview(value)[start:end], head[-16:])
+    return b"".join(parts)

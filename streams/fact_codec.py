@@ -54,7 +54,7 @@ except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py req
     _check_all = _container = _write = _write_each = None
 
 __all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_kept", "container",
-           "decode_facts", "emit_encoded", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches",
+           "decode_facts", "ocf_header", "emit_encoded", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches",
            "schema_name"]
 
 FACT_KINDS = ("capacity", "utilization", "requests", "demand", "models",
@@ -372,18 +372,25 @@ def checked_kept(kind: str, values: list[bytes]) -> list | None:
         return None
 
 
+def ocf_header(kind: str) -> bytes:
+    """The header of an Avro object container file of ``kind``'s latest schema, uncompressed:
+    magic, schema, codec, and the sync marker (its last 16 bytes) each block ends with."""
+    c = _codec(kind)
+    if not c.ocf_header:
+        buf = io.BytesIO()
+        fastavro.writer(buf, c.schema, [], codec="null")  # header only: no block
+        c.ocf_header = buf.getvalue()
+    return c.ocf_header
+
+
 def container(kind: str, values: list[bytes]) -> bytes:
     """The bodies of ``values`` (framed facts of ``kind``'s latest schema, as ``checked_kept``
     takes them) as an Avro object container file, uncompressed, in one block: what
     ClickHouse's ``Avro`` input format reads, with no per-fact decoding."""
-    c, skip = _codec(kind), _HEADER.size
-    if not c.ocf_header:
-        buf = io.BytesIO()
-        fastavro.writer(buf, c.schema, [], codec="null")  # header only: magic, schema, codec, sync marker
-        c.ocf_header = buf.getvalue()
+    head, skip = ocf_header(kind), _HEADER.size
     if _container is not None and type(values) is list:
-        out = _container(c.ocf_header, values, skip, c.ocf_header[-16:])  # (each body copied once, in C)
+        out = _container(head, values, skip, head[-16:])  # (each body copied once, in C)
         if out is not None:
             return out
     block = b"".join(memoryview(v)[skip:] for v in values)
-    return b"".join((c.ocf_header, varint(len(values)), varint(len(block)), block, c.ocf_header[-16:]))
+    return b"".join((head, varint(len(values)), varint(len(block)), block, head[-16:]))

@@ -20,6 +20,7 @@ from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.sinks.base import Checkpoint, MemoryStore
 from gpuledger.sinks.clickhouse import ClickHouseStore
 from gpuledger.sinks.isolate import TABLES, settle_batch, write_isolating
+from gpuledger.streams.fact_batches import batch_container, checked_batch, emit_batched
 from gpuledger.streams.fact_codec import BULK_KINDS, FACT_CLASSES, checked_kept, container, encode_fact
 
 pytestmark = pytest.mark.integration
@@ -191,6 +192,22 @@ def test_facts_handed_over_encoded_read_back_whole_and_idempotent(store, kind):
     assert checked_kept(kind, values) is not None  # (what the sink checks before it writes them whole)
     store.store.write_encoded(kind, container(kind, values))
     store.store.write_encoded(kind, container(kind, values[2:]))  # written again: no row twice
+    assert store.read_back(kind) == facts
+
+
+@pytest.mark.parametrize("kind", BULK_KINDS)
+def test_batch_records_handed_over_in_one_container_of_many_blocks_read_back_whole(store, kind):
+    """What the sink hands the store from a worker's batch records (streams/fact_batches.py
+    ``batch_container``): a block of the container a block of their arrays."""
+    facts = [_any_fact(kind, i) for i in range(9)]
+    records = []
+    emit_batched(FactBatch(**{kind: facts}), {kind: "t"}, lambda t, value, key, headers=None: records.append(value),
+                 lambda: None, max_bytes=1)  # a record a fact
+    emit_batched(FactBatch(**{kind: facts[3:7]}), {kind: "t"},
+                 lambda t, value, key, headers=None: records.append(value), lambda: None)  # four in one: again
+    checked = [(value, checked_batch(kind, value)[2]) for value in records]
+    assert len(checked) == 10 and sum(len(spans) for _, spans in checked) == 10
+    store.store.write_encoded(kind, batch_container(kind, checked))
     assert store.read_back(kind) == facts
 
 

@@ -277,3 +277,48 @@ def test_values_written_grouped_by_kind_are_written_as_their_pairs_are(bad):
     kinds = list(by_kind)
     pods_at = sum(len(by_kind[k]) for k in kinds[:kinds.index("pods")])  # its place in the values, kind after kind
     assert f"pods#{pods_at}" in {s for s, _, _ in runs[0][2]} and pods_at > 0
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("bad", [frozenset(), {"u7", "c1"}])
+def test_batch_records_kept_whole_store_what_their_split_facts_store(bad, mixed):
+    """A batch record the check passes whole (``gather``: a ``CheckedBatch``, copied once into
+    the store's container) stores, dead-letters, names and counts exactly as its facts split
+    into single values do, with rows the store refuses for good (the batch then takes the
+    fact-by-fact path), a single value among a kind's batches, and a broken batch; the lists are
+    left as they were."""
+    b = batch()
+    records = []
+    emit_batched(b, {k: k for k in FACT_KINDS},
+                 lambda topic, value, key, headers=None: records.append((topic, value, is_batch(headers))),
+                 lambda: None, max_bytes=300)
+    broken = next(v for kind, v, batched in records if batched and kind == "capacity")[:-2]
+    records.insert(3, ("capacity", broken, True))
+    if mixed:
+        records.insert(5, ("utilization", encode_fact("utilization", util(99, "GPU-9")), False))
+    runs, kept_whole = [], 0
+    for whole in (True, False):
+        store, dead = RefusingStore(bad=bad), Dead()
+        sink = FactSink(store, dead)
+        by_kind: dict[str, list] = {}
+        added = 0
+        for i, (kind, value, batched) in enumerate(records):
+            values = by_kind.setdefault(kind, [])
+            if not batched:
+                values.append(value)
+                added += 1
+            elif whole:
+                added += sink.gather(values, kind, value, f"t/0@{i}")
+            else:
+                split = sink.unbatch(kind, value, f"t/0@{i}")
+                values += split
+                added += len(split)
+        kept_whole += sum(type(v) is fact_sink.CheckedBatch for vs in by_kind.values() for v in vs)
+        before = {k: list(vs) for k, vs in by_kind.items()}
+        counts = sink.write_grouped(by_kind)
+        assert by_kind == before
+        runs.append((added, counts, stored(store), list(dead), sink.undecodable, sink.refused, sink.stored_observed_ms))
+    assert runs[0] == runs[1] and kept_whole > 4
+    want = {f"u{i}" for i in range(16)} | ({"u99"} if mixed else set())
+    assert runs[0][1]["utilization"] == len(want - bad) and runs[0][4] == 1 and runs[0][5] == len(bad)
+    assert sorted(runs[0][2]["utilization"]) == sorted(want - bad) and len(runs[0][6]) >= len(want - bad)

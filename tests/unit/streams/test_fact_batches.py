@@ -187,3 +187,101 @@ def test_a_container_of_framed_values_holds_their_bodies(kind, monkeypatch):
         read = list(fastavro.reader(io.BytesIO(in_c)))
         assert len(read) == n and read == [
             fastavro.schemaless_reader(io.BytesIO(v[_HEADER.size:]), _CODECS[kind].schema, None) for v in values]
+
+
+def _blocks(kind: str, bodies: list[bytes], sizes: list[int], sized: bool) -> bytes:
+    """A batch record of ``kind`` whose array is written in blocks of ``sizes`` items, each with
+    a negative count and its byte size when ``sized`` (as Avro allows; workers write one block)."""
+    from gpuledger.streams.avro_writer import varint
+    from gpuledger.streams.fact_codec import _HEADER
+
+    out, at = [_HEADER.pack(0, latest_version(batch_schema_name(kind)))], 0
+    for n in sizes:
+        items = b"".join(bodies[at:at + n])
+        out += [varint(-n), varint(len(items)), items] if sized else [varint(n), items]
+        at += n
+    return b"".join([*out, b"\x00"])
+
+
+@pytest.mark.parametrize("kind", BULK_KINDS)
+def test_a_checked_batch_is_its_split_without_a_copy(kind, monkeypatch):
+    """``checked_batch`` gives what the sink needs of a batch record without splitting it (the
+    facts' count, their observed_at_ms as ``checked_kept`` reads them from the split values),
+    and ``batch_container`` over its spans is the container of its split values: the very
+    bytes for a one-block array, the same facts for many records and blocks, in C and in Python."""
+    from gpuledger.streams import fact_codec
+    from gpuledger.streams.fact_batches import batch_container, checked_batch
+    from gpuledger.streams.fact_codec import _HEADER, checked_kept, container, encode_fact
+
+    rng = random.Random(7 + len(kind))
+    records, singles = [], []
+    for max_bytes in (1, 300, 5_000, 262_144):
+        queue = Queue()
+        emit_batched(FactBatch(**{kind: [random_fact(kind, rng) for _ in range(rng.randrange(1, 40))]}), TOPICS,
+                     queue.produce, queue.on_full, max_bytes=max_bytes)
+        for _topic, value, _key in queue.sent:
+            split = split_batch(kind, value)
+            count, kept, spans = checked_batch(kind, value)
+            assert (count, kept) == (len(split), checked_kept(kind, split) if kind == "utilization" else None)
+            assert len(spans) == 1 and batch_container(kind, [(value, spans)]) == container(kind, split)
+            records.append((value, spans))
+            singles += split
+    bodies = [encode_fact(kind, random_fact(kind, rng))[_HEADER.size:] for _ in range(9)]
+    for sizes, sized in (([2, 3, 4], True), ([1, 8], False), ([9], True)):
+        value = _blocks(kind, bodies, sizes, sized)
+        split = split_batch(kind, value)
+        count, kept, spans = checked_batch(kind, value)
+        assert (count, kept, [s[0] for s in spans]) == (9, checked_kept(kind, split) if kind == "utilization" else
+                                                        None, sizes)
+        records.append((value, spans))
+        singles += split
+    whole = batch_container(kind, records)
+    with monkeypatch.context() as m:
+        m.setattr(fact_batches, "_batch_container", None)
+        assert batch_container(kind, records) == whole
+    read = list(fastavro.reader(io.BytesIO(whole)))
+    assert len(read) == len(singles) > 100 and read == list(fastavro.reader(io.BytesIO(container(kind, singles))))
+    c = fact_batches._batch_container
+    head = fact_codec.ocf_header(kind)
+    value, spans = records[0]
+    assert c(head, [(value, ((1, 5, len(value) + 1),))], b"s") is None  # a span past its value
+    assert c(head, [(value, ((0, 5, 6),))], b"s") is None and c(head, [(value,)], b"s") is None
+    assert c(head, [(bytearray(value), spans)], b"s") is None and c(head, [(value, [spans[0]])], b"s") is None
+
+
+def test_a_batch_the_check_refuses_is_one_split_batch_refuses(monkeypatch):
+    """``checked_batch`` keeps whole only a batch ``split_batch`` takes (spoiled values of every
+    kind), and leaves to ``split_batch`` a batch of facts of another version, and every batch
+    when the C module is not built."""
+    from gpuledger.streams.fact_batches import checked_batch
+
+    rng = random.Random(5)
+    kept = refused = 0
+    for _ in range(400):
+        kind = rng.choice(BULK_KINDS)
+        queue = Queue()
+        emit_batched(FactBatch(**{kind: [random_fact(kind, rng) for _ in range(rng.randrange(1, 6))]}), TOPICS,
+                     queue.produce, queue.on_full)
+        value = _spoiled(queue.sent[0][1], rng)
+        try:
+            split = split_batch(kind, value)
+        except FactCodecError:
+            split = None
+        checked = checked_batch(kind, value)
+        assert (checked is None) == (split is None), (kind, value)
+        if checked is None:
+            refused += 1
+        else:
+            kept += 1
+            assert checked[0] == len(split)
+    assert refused > 200 and kept > 5
+    queue = Queue()
+    emit_batched(FactBatch(utilization=[random_fact("utilization", rng)]), TOPICS, queue.produce, queue.on_full)
+    value = queue.sent[0][1]
+    assert checked_batch("utilization", value) is not None
+    with monkeypatch.context() as m:  # a batch of facts of another version than the latest: split, then decoded
+        m.setattr(_CODECS["utilization"], "version", _CODECS["utilization"].version + 1)
+        assert checked_batch("utilization", value) is None
+    with monkeypatch.context() as m:
+        m.setattr(fact_batches, "_check_batch", None)
+        assert checked_batch("utilization", value) is None
