@@ -40,8 +40,14 @@
 
 /* Strict UTF-8 as Python's bytes.decode() has it; ASCII without leaving C. */
 static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
-    Py_ssize_t i;
-    for (i = 0; i < n; i++) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {  /* ASCII 8 bytes a step: no byte with its high bit set */
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ULL)
+            break;
+    }
+    for (; i < n; i++) {
         if (s[i] & 0x80) {
             PyObject *u = PyUnicode_DecodeUTF8((const char *)s + i, n - i, "strict");
             if (u != NULL) {
@@ -117,7 +123,11 @@ static int check_value(const unsigned char *b, Py_ssize_t L, Py_ssize_t *p, int 
     case T_STRING: {
         unsigned __int128 raw;
         Py_ssize_t start;
-        if (read_raw(b, L, p, 10, &raw) != OK || (raw & 1))
+        if (b[*p] < 0x80)  /* a length below 64: one byte */
+            raw = b[(*p)++];
+        else if (read_raw(b, L, p, 10, &raw) != OK)
+            return BAD;
+        if (raw & 1)
             return BAD;
         raw >>= 1;
         if (raw > (unsigned __int128)(L - *p))

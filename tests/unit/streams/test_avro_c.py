@@ -62,6 +62,26 @@ def test_the_two_checkers_agree_on_corrupted_values():
     assert seen["takes"] > 300 and seen["refuses"] > 800, seen
 
 
+def test_the_two_checkers_agree_on_hostile_utf8_at_every_place_in_a_string():
+    """The C check reads ASCII eight bytes a step: a byte of hostile or valid UTF-8 before,
+    across and after each such step is judged as the Python check judges it."""
+    rng = random.Random(31)
+    py, c = checker("utilization", "python"), checker("utilization", "c")
+    seen = {"takes": 0, "refuses": 0}
+    for text in _HOSTILE_UTF8:
+        for before in range(0, 19):
+            placeholder = "a" * before + "\x7f" * len(text) + "b" * rng.randrange(0, 10)
+            raw = b""
+            while raw.count(b"\x7f" * len(text)) != 1:  # (random facts may hold the placeholder's byte elsewhere)
+                raw = encode_fact("utilization", dataclasses.replace(_random_fact("utilization", rng),
+                                                                     tenant_id=placeholder))
+            raw = raw.replace(b"\x7f" * len(text), text)
+            a, b = _answer(py, raw), _answer(c, raw)
+            assert a == b, (text, before)
+            seen[a[0]] += 1
+    assert seen["takes"] >= 3 * 19 and seen["refuses"] >= 5 * 19, seen
+
+
 def test_the_c_check_answers_for_the_whole_list():
     codec = _CODECS["utilization"]
     program, keep = codec.program
