@@ -45,6 +45,7 @@ from gpuledger.bench.fleet_facts import fact_digest
 from gpuledger.bench.fleet_gen import check_rendering, fleet_plan, fleet_truth, publish_fleet
 from gpuledger.bench.proc_monitor import BROKER_PID, log, timed_process
 from gpuledger.config import load_settings
+from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.domain.timeutil import format_rfc3339, parse_rfc3339_ms
 from gpuledger.bus.publisher import KafkaPublisher
 from gpuledger.bus.security import client_config
@@ -81,8 +82,11 @@ def device_samples(text: str) -> int:
     return text.count(SM_LINE, start, len(text) if end < 0 else end)
 
 
-def raw_loop(bootstrap: str, topic: str, client: dict | None = None) -> dict:
-    """Consume and Avro-decode every record of the topic; count device samples."""
+def raw_loop(bootstrap: str, topic: str, client: dict | None = None, parse: bool = False) -> dict:
+    """Consume and Avro-decode every record of the topic; count device samples. ``parse``: and
+    parse each exposition as a worker does (domain/dcgm.py ``parse_exposition``, a node's last
+    scrape as its template), counting the samples it gives: the part of a worker's work that no
+    attribution removes, its floor."""
     extents = read_extents(bootstrap, [topic], client=client)
     expected = sum(high - low for low, high in extents.values())
     version = latest_version("dcgm_scrape")
@@ -107,7 +111,9 @@ def raw_loop(bootstrap: str, topic: str, client: dict | None = None) -> dict:
                 raise RuntimeError(f"raw loop: {msg.error() or 'a record not framed as dcgm_scrape v%d' % version}")
             buf = io.BytesIO(value)
             buf.seek(5)
-            samples += device_samples(reader(buf, schema, None)["exposition"])
+            r = reader(buf, schema, None)
+            samples += (len(parse_exposition(r["exposition"], (r["cluster_id"], r["node"])).samples) if parse
+                        else device_samples(r["exposition"]))
             bytes_in += len(value)
         seen += len(batch)
     wall, cpu, main = time.perf_counter() - t0, time.process_time() - cpu0, time.thread_time() - main0
@@ -223,6 +229,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-topics", action="store_true", help="leave the generated topics on the broker")
     p.add_argument("--skip-worker", action="store_true", help="generate and run the raw loop only")
     p.add_argument("--skip-raw", action="store_true", help="no raw loop")
+    p.add_argument("--parse-floor", action="store_true", help="after the raw loop, the raw loop that also parses "
+                   "each exposition as a worker does: the floor of a worker's time")
     p.add_argument("--reuse", metavar="TRUTH_JSON", help="no generation: the topics a --keep-topics run left")
     p.add_argument("--worker-timeout-s", type=float, default=4 * 3600)
     p.add_argument("--replay", default="", help="comma-separated replay process counts, after the worker runs")
@@ -289,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"fleet: raw loop {raw}")
             if raw["device_samples"] != samples:
                 log(f"fleet: raw loop counted {raw['device_samples']} device samples, the generator {samples}")
+            if args.parse_floor:
+                log("fleet: raw loop + exposition parse (a worker's parse, nothing else)")
+                floor = results["raw_parse"] = raw_loop(s.kafka_bootstrap, topics.dcgm.name, client, parse=True)
+                log(f"fleet: raw loop + parse {floor}")
         runs = results["runs"] = []
         if not args.skip_worker:
             gpuledger = [str(Path(sys.executable).with_name("gpuledger"))]
@@ -333,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     if raw:
         print(f"| {gpus} | {hours:g} | {samples} | raw loop | {raw['seconds']} | {raw['samples_per_s']} | 1.0x | - "
               f"| {raw['cpu_pct']} % | - |")
+    if floor := results.get("raw_parse"):
+        print(f"| {gpus} | {hours:g} | {samples} | raw loop + parse | {floor['seconds']} | {floor['samples_per_s']} "
+              f"| {raw['samples_per_s'] / floor['samples_per_s']:.2f}x | - | {floor['cpu_pct']} % "
+              f"| {floor['device_samples']} samples parsed |")
     first = next((r["facts"] for r in runs if "facts" in r), None)
     for r in runs:
         if "facts" in r:  # fact for fact against the first run; rows stored twice by at-least-once delivery
