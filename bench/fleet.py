@@ -229,8 +229,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-topics", action="store_true", help="leave the generated topics on the broker")
     p.add_argument("--skip-worker", action="store_true", help="generate and run the raw loop only")
     p.add_argument("--skip-raw", action="store_true", help="no raw loop")
-    p.add_argument("--parse-floor", action="store_true", help="after the raw loop, the raw loop that also parses "
-                   "each exposition as a worker does: the floor of a worker's time")
+    p.add_argument("--raw-parse", action="store_true", help="after the raw loop, the raw loop that also parses "
+                   "each exposition as a worker does: its floor on the same topic")
     p.add_argument("--reuse", metavar="TRUTH_JSON", help="no generation: the topics a --keep-topics run left")
     p.add_argument("--worker-timeout-s", type=float, default=4 * 3600)
     p.add_argument("--replay", default="", help="comma-separated replay process counts, after the worker runs")
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"fleet: raw loop {raw}")
             if raw["device_samples"] != samples:
                 log(f"fleet: raw loop counted {raw['device_samples']} device samples, the generator {samples}")
-            if args.parse_floor:
+            if args.raw_parse:
                 log("fleet: raw loop + exposition parse (a worker's parse, nothing else)")
                 floor = results["raw_parse"] = raw_loop(s.kafka_bootstrap, topics.dcgm.name, client, parse=True)
                 log(f"fleet: raw loop + parse {floor}")

@@ -35,13 +35,13 @@ def test_workers_apart_then_the_sink_alone_equal_the_truth(broker, tmp_path):
     assert "| 2 apart |" in done.stdout and "then the sink alone" in done.stdout
 
 
-def test_the_parse_floor_parses_every_device_sample_the_fleet_holds(broker, tmp_path):
-    """``--parse-floor``: the raw loop again, each exposition parsed as a worker parses it; it
+def test_the_raw_loop_with_the_parse_parses_every_device_sample_the_fleet_holds(broker, tmp_path):
+    """``--raw-parse``: the raw loop again, each exposition parsed as a worker parses it; it
     finds every device sample the generator wrote, as the raw loop's count does."""
     out = tmp_path / "out"
     env = {**os.environ, "GPULEDGER_HOME": str(tmp_path / "home"), "GPULEDGER_KAFKA_LIBS": str(LIBS)}
     done = subprocess.run([sys.executable, "-m", "gpuledger.bench.fleet", "--gpus", "16", "--hours", "0.25",
-                           "--skip-worker", "--parse-floor", "--partitions", "2", "--bootstrap", BOOTSTRAP,
+                           "--skip-worker", "--raw-parse", "--partitions", "2", "--bootstrap", BOOTSTRAP,
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
     results = orjson.loads((out / "results.json").read_bytes())
