@@ -2,8 +2,9 @@
 
 The sink's consumer group reads the fact topics (capacity, utilization, requests, demand),
 ``facts.progress`` and the reference documents. A batch record of the bulk kinds
-(streams/fact_batches.py) is split into its facts first; one that is not a whole batch is
-dead-lettered whole with its position. Per batch:
+(streams/fact_batches.py) whose every fact passes the checks is kept whole, its facts copied
+once, into the store's container (sinks/fact_sink.py ``gather``); another is split into its
+facts, and one that is not a whole batch is dead-lettered whole with its position. Per batch:
 
   1. decode the facts of each kind in one call and write them (idempotent: the tables
      deduplicate by fact id, so a batch written twice after a crash changes nothing); a row
