@@ -98,7 +98,7 @@ class FactSink:
             index[kind].append(i)
         return self._write(values, index)
 
-    def write_grouped(self, by_kind: dict[str, list[bytes]]) -> dict[str, int]:
+    def write_grouped(self, by_kind: dict[str, list]) -> dict[str, int]:
         """``write`` of each kind's values of ``by_kind`` in turn, as a poll gathers them, without
         a pair a fact: the same facts stored, dead letters (a value named by its place in that
         order, a ``CheckedBatch`` standing for its facts) and counts. The lists are read, never
@@ -116,7 +116,7 @@ class FactSink:
             at += n
         return self._write(values, index)
 
-    def _write(self, values: dict[str, list[bytes]], index: dict[str, Sequence[int]]) -> dict[str, int]:
+    def _write(self, values: dict[str, list], index: dict[str, Sequence[int]]) -> dict[str, int]:
         whole = self._write_bulk(values, index)  # the common case: most facts never become objects here
 
         decoded: dict[str, _Decoded] = {}
@@ -149,37 +149,33 @@ class FactSink:
         self.stored_observed_ms = whole.pop("observed", []) + [f.observed_at_ms for f in batch.utilization]
         return {k: whole.get(k, 0) + len(decoded[k].facts) - refused[k] for k in FACT_KINDS}
 
-    def _write_bulk(self, values: dict[str, list[bytes]], index: dict[str, Sequence[int]]) -> dict:
+    def _write_bulk(self, values: dict[str, list], index: dict[str, Sequence[int]]) -> dict:
         """Hand the store each bulk kind's values as they came, when every one passes the
-        codec's checks (``checked_kept``); those kinds are then taken out of ``values``.
+        codec's checks (``checked_kept``; a kind of ``CheckedBatch`` records only passed them
+        already and goes as their arrays' blocks); those kinds are then taken out of ``values``.
         A kind with a value that fails, or that the store refuses for good, is left for the
         fact-by-fact path, which finds the value or row at fault. A store that is down raises
         (nothing is lost: the caller writes the same messages again)."""
         out: dict = {}
         for kind in BULK_KINDS:
-            if not values[kind]:
+            vs = values[kind]
+            if not vs:
                 continue
-            if all(type(v) is CheckedBatch for v in values[kind]):  # a worker's batch records: checked already
-                batches = values[kind]
-                try:
-                    self.store.write_encoded(kind, batch_container(kind, [(b.value, b.spans) for b in batches]))
-                except PermanentStoreError:
-                    values[kind] = _singles(kind, batches)
+            if all(type(v) is CheckedBatch for v in vs):  # a worker's batch records: checked already
+                payload, count = batch_container(kind, [(b.value, b.spans) for b in vs]), sum(b.count for b in vs)
+                kept = list(itertools.chain.from_iterable(b.kept for b in vs)) if kind == "utilization" else None
+            else:
+                vs = values[kind] = _singles(kind, vs)
+                kept = checked_kept(kind, vs)
+                if kept is None:
                     continue
-                out[kind] = sum(b.count for b in batches)
-                if kind == "utilization":
-                    out["observed"] = list(itertools.chain.from_iterable(b.kept for b in batches))
-                values[kind], index[kind] = [], []
-                continue
-            values[kind] = _singles(kind, values[kind])
-            kept = checked_kept(kind, values[kind])
-            if kept is None:
-                continue
+                payload, count = container(kind, vs), len(vs)
             try:
-                self.store.write_encoded(kind, container(kind, values[kind]))
+                self.store.write_encoded(kind, payload)
             except PermanentStoreError:
+                values[kind] = _singles(kind, vs)
                 continue
-            out[kind] = len(kept)
+            out[kind] = count
             if kind == "utilization":
                 out["observed"] = kept
             values[kind], index[kind] = [], []

@@ -324,6 +324,11 @@ typedef struct {
     int64_t count;
 } Checked;
 
+/* The kept field as check_all and check_batch give it: an int, or None (a new reference). */
+static PyObject *kept_value(int64_t kept, int has_kept) {
+    return has_kept ? PyLong_FromLongLong(kept) : Py_NewRef(Py_None);
+}
+
 static int check_item(void *ctx, const unsigned char *b, Py_ssize_t start, Py_ssize_t end, int64_t kept,
                       int has_kept) {
     Checked *c = ctx;
@@ -332,13 +337,8 @@ static int check_item(void *ctx, const unsigned char *b, Py_ssize_t start, Py_ss
     (void)b, (void)start, (void)end;
     if (c->kept == NULL)
         return OK;
-    if (has_kept) {
-        if ((k = PyLong_FromLongLong(kept)) == NULL)
-            return ERR;
-    } else {
-        k = Py_None;
-        Py_INCREF(k);
-    }
+    if ((k = kept_value(kept, has_kept)) == NULL)
+        return ERR;
     r = PyList_Append(c->kept, k);
     Py_DECREF(k);
     return r < 0 ? ERR : OK;
@@ -418,15 +418,9 @@ static PyObject *check_all(PyObject *self, PyObject *args) {
                 return NULL;
             Py_RETURN_NONE;
         }
-        if (has_kept) {
-            k = PyLong_FromLongLong(kept);
-            if (k == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        } else {
-            k = Py_None;
-            Py_INCREF(k);
+        if ((k = kept_value(kept, has_kept)) == NULL) {
+            Py_DECREF(out);
+            return NULL;
         }
         PyList_SET_ITEM(out, i, k);
     }

@@ -366,6 +366,13 @@ done:
     return out;
 }
 
+/* An object container block's head into b's own space: its count and its bodies' size, as Avro
+ * longs (20 bytes at most: no allocation). */
+static int block_head(Buf *b, int64_t count, Py_ssize_t size) {
+    b->p = b->small, b->n = 0, b->cap = sizeof b->small;
+    return put_varint(b, count) == OK && put_varint(b, size) == OK ? OK : ERR;
+}
+
 PyObject *avro_container(PyObject *self, PyObject *args) {
     const char *pre, *suf;
     Py_ssize_t plen, slen, skip, n, i, block = 0;
@@ -386,8 +393,7 @@ PyObject *avro_container(PyObject *self, PyObject *args) {
             Py_RETURN_NONE;
         block += PyBytes_GET_SIZE(v) - skip;
     }
-    counts.p = counts.small, counts.n = 0, counts.cap = sizeof counts.small;
-    if (put_varint(&counts, n) != OK || put_varint(&counts, block) != OK)  /* (20 bytes at most: no allocation) */
+    if (block_head(&counts, n, block) != OK)
         return NULL;
     if ((out = PyBytes_FromStringAndSize(NULL, plen + counts.n + block + slen)) == NULL)
         return NULL;
@@ -457,8 +463,7 @@ PyObject *avro_batch_container(PyObject *self, PyObject *args) {
             Py_ssize_t from = 0, to = 0;
             Buf counts;
             span_of(PyTuple_GET_ITEM(spans, j), PyBytes_GET_SIZE(value), &count, &from, &to);
-            counts.p = counts.small, counts.n = 0, counts.cap = sizeof counts.small;
-            if (put_varint(&counts, count) != OK || put_varint(&counts, to - from) != OK) {  /* (no allocation) */
+            if (block_head(&counts, count, to - from) != OK) {
                 Py_DECREF(out);
                 return NULL;
             }

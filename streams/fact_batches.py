@@ -240,7 +240,6 @@ def split_batch(kind: str, value: bytes) -> list[bytes]:
     return out
 
 
-
 def checked_batch(kind: str, value: bytes) -> tuple[int, list | None, tuple] | None:
     """``value``, a batch record of ``kind``, checked as ``split_batch`` checks it but with no
     fact copied: (the facts' count, each one's ``observed_at_ms`` as ``checked_kept`` gives it

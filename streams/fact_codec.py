@@ -54,8 +54,8 @@ except ImportError:  # pragma: no cover — tests/unit/streams/avro_cases.py req
     _check_all = _container = _write = _write_each = None
 
 __all__ = ["BULK_KINDS", "FACT_CLASSES", "FACT_KINDS", "FactCodecError", "checked_kept", "container",
-           "decode_facts", "ocf_header", "emit_encoded", "encode_batch", "encode_fact", "iter_encoded", "schema_mismatches",
-           "schema_name"]
+           "decode_facts", "emit_encoded", "encode_batch", "encode_fact", "iter_encoded", "ocf_header",
+           "schema_mismatches", "schema_name"]
 
 FACT_KINDS = ("capacity", "utilization", "requests", "demand", "models",
               "health", "health_incidents")  # as the FactBatch attributes
