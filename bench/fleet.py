@@ -242,6 +242,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.modes or set(args.modes) - {"together", "apart"}:
         p.error("--modes takes together, apart or both (comma-separated)")
+    if args.raw_parse and args.skip_raw:
+        p.error("--raw-parse runs the raw loop again with the parse: leave out --skip-raw")
     return args
 
 

@@ -1,9 +1,12 @@
 """The fleet benchmark's check of a run's showback against the generated truth
 (bench/fleet.py ``compare_showback``): exact allocated hours, active hours within the stated
 tolerance, and every tenant with hours known to the truth; a tenant listed without hours (its
-namespace exists, none of its pods held a GPU) is neither missing nor extra."""
+namespace exists, none of its pods held a GPU) is neither missing nor extra. And its options
+that cannot go together."""
 
-from gpuledger.bench.fleet import compare_showback
+import pytest
+
+from gpuledger.bench.fleet import compare_showback, parse_args
 
 TRUTH = {"allocated_gpu_hours": {"acme": 10.0, "blue": 4.0}, "active_gpu_hours": {"acme": 5.0, "blue": 1.0},
          "tenants": ["acme", "blue"], "cadence_s": 10.0, "hours": 1.0}
@@ -50,3 +53,12 @@ def test_active_hours_may_move_by_the_edges_of_the_tenants_pods_and_no_more():
     assert compare_showback({"acme": entry(10.0, 5.0), "blue": entry(4.0, 1.0 + 0.9 * limit)}, truth)["ok"]
     check = compare_showback({"acme": entry(10.0, 5.0), "blue": entry(4.0, 1.0 - 1.1 * limit)}, truth)
     assert not check["ok"] and check["active_over"] == ["blue"] and check["active_worst_tenant"] == "blue"
+
+
+def test_the_raw_loop_with_the_parse_is_refused_without_the_raw_loop(capsys):
+    """``--raw-parse`` runs after the raw loop: with ``--skip-raw`` it would run nothing, so the
+    command is refused with the fix instead."""
+    assert parse_args(["--raw-parse"]).raw_parse
+    with pytest.raises(SystemExit):
+        parse_args(["--raw-parse", "--skip-raw"])
+    assert "leave out --skip-raw" in capsys.readouterr().err
