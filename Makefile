@@ -122,10 +122,11 @@ bench-fleet: setup
 bench-hotpath: setup
 	$(BIN)/python -m gpuledger.bench.hotpath --gpus 64 --hours 1
 
-# What parsing a scrape costs in native code at the least (lines split, series hashed, values read;
-# bench/parse_floor.c built with cc), beside the engine's parse of the same scrapes.
+# What a scrape costs in native code at the least (lines split, series hashed, values read and kept
+# by device, each device's facts made and encoded; bench/parse_floor.c built with cc), beside the
+# engine's parse of the same scrapes.
 bench-parse-floor: setup
-	$(BIN)/python -m gpuledger.bench.parse_floor --gpus 64 --hours 0.5
+	$(BIN)/python -m gpuledger.bench.parse_floor --gpus 1024 --hours 0.25 --reps 10
 
 # What closing a month holds: a fleet's facts generated in the engine, the period's ledger
 # document built from them in a process of its own (time, peak resident size, hash).

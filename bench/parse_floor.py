@@ -1,13 +1,15 @@
-"""What parsing a DCGM scrape costs in native code at the least: ``python -m
-gpuledger.bench.parse_floor --gpus 64 --hours 0.5``.
+"""What a DCGM scrape costs in native code at the least, parsed and then made into its facts:
+``python -m gpuledger.bench.parse_floor --gpus 1024 --hours 0.25 --reps 10``.
 
 The scrapes of a generated fleet (bench/fleet_gen.py) are written one after the other to a
 file; bench/parse_floor.c, built with the C compiler here (``cc -O2``) once per set of steps,
-splits their lines, hashes each series and reads its value, and reports microseconds per
-scrape. Set beside the raw loop of the fleet bench (microseconds per device sample, times the
-devices a scrape holds), it says what share of a worker's budget the parse alone would take
-if it were native; ``parse_exposition`` (domain/dcgm.py, its walk in C over Python objects) is
-timed on the same scrapes.
+splits their lines, hashes each series and reads its value, keeps each value in its device's
+slot, and makes each device's utilization and health facts (ids and Avro bodies, in batch
+records), reporting microseconds per scrape after each step. Set beside the raw loop of the
+fleet bench (microseconds per device sample, times the devices a scrape holds), it says what
+share of a worker's budget a native per-scrape path would take at the least;
+``parse_exposition`` (domain/dcgm.py, its walk in C over Python objects) is timed on the same
+scrapes, each node's last scrape its template as in a worker.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from gpuledger.bus.topics import Topics
 from gpuledger.domain.dcgm import parse_exposition
 from gpuledger.schemas import Codec
 
-__all__ = ["STEPS", "main", "native", "scrapes"]
+__all__ = ["STEPS", "main", "native", "node_of", "scrapes"]
 
 SOURCE = Path(__file__).with_name("parse_floor.c")
 STEPS = {"split lines": [], "+ read values": ["-DVALUE"], "+ hash series, 8 bytes a step": ["-DVALUE", "-DHASH_WORDS"],
-         "+ hash series, a byte a step": ["-DVALUE", "-DHASH_BYTES"]}
+         "+ hash series, a byte a step": ["-DVALUE", "-DHASH_BYTES"],
+         "+ values kept in their device's slot (series found by hash)": ["-DVALUE", "-DHASH_WORDS", "-DDEVICES"],
+         "+ each device's utilization and health facts (ids, Avro bodies, batch records)":
+             ["-DVALUE", "-DHASH_WORDS", "-DDEVICES", "-DFACTS", "-lcrypto"]}
 
 
 def scrapes(gpus: int, hours: float, cadence_s: float) -> list[str]:
@@ -43,18 +48,31 @@ def scrapes(gpus: int, hours: float, cadence_s: float) -> list[str]:
     return [codec.decode(v)["exposition"] for t, _, v in pub.records if t == topics.dcgm.name]
 
 
-def native(texts: list[str], flags: list[str], reps: int, tmp: Path) -> tuple[float, float]:
-    """(microseconds a scrape, series a scrape) of parse_floor.c built with ``flags`` over ``texts``."""
+def node_of(text: str) -> str:
+    """The node a generated scrape is of (its series' Hostname label)."""
+    at = text.find('Hostname="')
+    return "" if at < 0 else text[at + 10:text.index('"', at + 10)]
+
+
+def native(texts: list[str], flags: list[str], reps: int, tmp: Path,
+           dump: Path | None = None) -> tuple[float, float, float]:
+    """(microseconds a scrape, series a scrape, facts a scrape) of parse_floor.c built with ``flags``
+    over ``texts``. ``dump``: where a build that makes facts writes its last batch records
+    (``dump.utilization``, ``dump.health``)."""
     data, exe = tmp / "scrapes.txt", tmp / "floor"
     if not data.exists():
-        data.write_text("".join(t if t.endswith("\n") else t + "\n" for t in texts))
+        texts = [t if t.endswith("\n") else t + "\n" for t in texts]
+        data.write_text("".join(texts))
+        data.with_suffix(".txt.len").write_text("".join(f"{len(t.encode())}\n" for t in texts))
     cc = os.environ.get("CC", "cc")
-    built = subprocess.run([cc, "-O2", *flags, "-o", str(exe), str(SOURCE)], capture_output=True, text=True)
+    libs = [f for f in flags if f.startswith("-l")]
+    built = subprocess.run([cc, "-O2", *[f for f in flags if f not in libs], "-o", str(exe), str(SOURCE), *libs],
+                           capture_output=True, text=True)
     if built.returncode:
         raise RuntimeError(f"{cc} could not build {SOURCE}: {built.stderr.strip()} (set CC to a C compiler)")
-    out = subprocess.run([str(exe), str(data), str(len(texts)), str(reps)], capture_output=True, text=True,
-                         check=True).stdout.split()
-    return float(out[0]), float(out[2])
+    out = subprocess.run([str(exe), str(data), str(len(texts)), str(reps), *([str(dump)] if dump else [])],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return float(out[0]), float(out[2]), float(out[4]) if len(out) > 4 else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,17 +89,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for step, flags in STEPS.items():
             try:
-                us, series = native(texts, flags, args.reps, Path(tmp))
+                us, series, facts = native(texts, flags, args.reps, Path(tmp))
             except RuntimeError as exc:
                 print(exc, file=sys.stderr)
                 return 1
-            print(f"native, {step}: {us:.2f} us a scrape ({series:g} series)")
-    for text in texts:  # warm: the walk's caches filled, as in a running worker
-        parse_exposition(text)
+            print(f"native, {step}: {us:.2f} us a scrape ({series:g} series{f', {facts:g} facts' if facts else ''})")
+    sources = [("floor", node_of(text)) for text in texts]  # each node's last scrape its template, as in a worker
+    for text, source in zip(texts, sources):  # warm: the walk's caches filled, as in a running worker
+        parse_exposition(text, source)
     t0 = time.perf_counter()
     for _ in range(3):
-        for text in texts:
-            parse_exposition(text)
+        for text, source in zip(texts, sources):
+            parse_exposition(text, source)
     print(f"parse_exposition: {(time.perf_counter() - t0) / 3 / len(texts) * 1e6:.2f} us a scrape")
     return 0
 
