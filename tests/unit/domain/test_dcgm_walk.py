@@ -135,6 +135,21 @@ def test_spoiled_lines_every_way():
     assert seen["parses"] > 100 and seen["raises"] > 100, seen
 
 
+@pytest.mark.parametrize("odd", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x00"])
+def test_a_single_break_other_than_newline_anywhere_splits_as_splitlines(odd):
+    """The walk splits a plain text at \\n alone, and looks for any other break eight bytes a
+    step: one such byte at each offset within a step, in a line or at its end, in a text
+    otherwise plain, still splits where splitlines() does (a byte missed makes one line of two)."""
+    base = "\n".join(f"# HELP node_metric_{i} a series no field reads\nnode_metric_{i} {40 + i}" for i in range(4)) + "\n"
+    for at in range(1, len(base) - 1):
+        text = base[:at] + odd + base[at:]
+        walked = _dcgm_walk.walk_text(text, {}, lambda _series: None, {}, {}, {}, {}, {})
+        assert walked[1] == len(text.splitlines()), (at, text)
+    for at in range(0, 17):  # inside the first two steps of a text of one long line
+        text = "#" + "x" * at + odd + "y" * 40
+        assert _dcgm_walk.walk_text(text, {}, lambda _series: None, {}, {}, {}, {}, {})[1] == len(text.splitlines())
+
+
 def test_a_line_without_labels_or_value():
     for text in ("DCGM_FI_DEV_GPU_UTIL 5\n", "DCGM_FI_DEV_GPU_UTIL\n", "DCGM_FI_DEV_GPU_TEMP 40\n",
                  "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\"} 5 6 7\n", "x{}} 1\n", "}{ 1\n"):
