@@ -262,31 +262,6 @@ done:
 #undef LINE
 }
 
-/* Does ASCII text hold a byte splitlines() breaks at other than \n (\r, \v, \f, \x1c-\x1e), or a
- * NUL? Eight bytes a step: a word with no byte below 0x20 (ASCII: none has its high bit set, so
- * the subtraction's high bits flag exactly the bytes below 0x20 and what a borrow carries past
- * them) holds none; a flagged word, one of a scrape's line ends, is looked at byte by byte. */
-static int odd_byte(const char *s, Py_ssize_t n) {
-    Py_ssize_t i;
-    for (i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == 0 || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e))
-            return 1;
-    }
-    return 0;
-}
-
-static int breaks_other_than_newline(const char *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        if (((w - 0x2020202020202020ULL) & 0x8080808080808080ULL) && odd_byte(s + i, 8))
-            return 1;
-    }
-    return odd_byte(s + i, n - i);
-}
-
 /* The walk over a scrape's text: the lines str.splitlines() gives, without making them (~45 str a
  * sample). ASCII text without \r, \v, \f or \x1c-\x1e (a scrape as exporters write it) splits
  * at \n alone, found with memchr; any other text by Py_UNICODE_ISLINEBREAK, as splitlines.
@@ -299,7 +274,8 @@ static int walk(PyObject *text, PyObject *cache, PyObject *from_old, Out *o, Py_
         PyErr_SetString(PyExc_RuntimeError, "_dcgm_walk.setup() was not called");
         return -1;
     }
-    plain = PyUnicode_IS_ASCII(text) && !breaks_other_than_newline((const char *)data, len);
+    /* strcspn stops at a NUL too: a text with one takes the general loop */
+    plain = PyUnicode_IS_ASCII(text) && (Py_ssize_t)strcspn((const char *)data, "\r\v\f\x1c\x1d\x1e") == len;
     *parsed = *lines = 0;
     while (i < len) {
         Py_ssize_t end;
