@@ -6,7 +6,9 @@ benchmark publishes it to Kafka, and fed to the engine (streams/engine.py) as a 
 it: every record handled, facts taken every ``--advance-every`` records and encoded as a
 worker encodes them for the fact topics (streams/fact_codec.py). Each stage's CPU time is
 reported per device sample, beside a plain Avro decode of the same DCGM records (what the
-fleet benchmark's raw loop does after fetching). What the broker, producing and the sink
+fleet benchmark's raw loop does after fetching), and per DCGM record: each source topic's
+handling, the facts made and encoded (``--stages``: a DCGM record's parse, health facts and
+decode apart too), to set beside what the raw loop leaves a record. What the broker, producing and the sink
 cost is left out: this is the worker's own Python, the part a change to the hot path moves.
 The cycle collector is set as a worker sets it (streams/collector.py).
 """
@@ -23,6 +25,7 @@ from gpuledger.bench.fleet_gen import fleet_plan, publish_fleet
 from gpuledger.bus.topics import Topics
 from gpuledger.domain import attribution
 from gpuledger.domain.capacity import python_segment_facts
+from gpuledger.domain.gpu_incidents import HealthFold
 from gpuledger.schemas import Codec
 from gpuledger.streams.collector import collect_for_the_data_path
 from gpuledger.streams.engine import Engine
@@ -75,22 +78,36 @@ def _dropped(*_args, **_kwargs) -> None:
 
 
 def run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress=print,
-        python_capacity: bool = False) -> dict:
+        python_capacity: bool = False, stages: bool = False) -> dict:
     """The run, with the collector set as in a worker and set back after it. ``python_capacity``:
     capacity segments made by the Python reference (``python_segment_facts``) instead of in C,
-    for a comparison of the two on the same machine."""
+    for a comparison of the two on the same machine. ``stages``: a DCGM record's parse, health
+    facts and decode timed apart as well (each call wrapped: a little slower in all)."""
     before, segments = gc.get_threshold(), attribution.segment_facts
+    parse, health = attribution.parse_exposition, HealthFold.scrape
     collect_for_the_data_path()
     if python_capacity:
         attribution.segment_facts = python_segment_facts
     try:
-        return _run(gpus, hours, cadence_s, advance_every, progress)
+        return _run(gpus, hours, cadence_s, advance_every, progress, stages)
     finally:
         gc.set_threshold(*before)
         attribution.segment_facts = segments
+        attribution.parse_exposition, HealthFold.scrape = parse, health
 
 
-def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress) -> dict:
+def _timed(into: dict, name: str, f):
+    """``f``, its CPU time added to ``into[name]``."""
+    def timed(*args, **kwargs):
+        c0 = time.process_time()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            into[name] = into.get(name, 0.0) + time.process_time() - c0
+    return timed
+
+
+def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress, stages: bool) -> dict:
     plan = fleet_plan(gpus, hours, cadence_s, cadence_s)
     topics = Topics("hotpath", PARTITIONS, 30)
     pub = MemoryPublisher()
@@ -107,7 +124,14 @@ def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress
         dcgm.decode(v)
     decode_s = time.process_time() - c0
 
+    split: dict[str, float] = {}  # a DCGM record's stages, with ``stages``
+    if stages:
+        attribution.parse_exposition = _timed(split, "parse", attribution.parse_exposition)
+        HealthFold.scrape = _timed(split, "health", HealthFold.scrape)
+        codec = engine.codecs[topics.dcgm.name]
+        codec.decode = _timed(split, "decode", codec.decode)
     handle_s = advance_s = encode_s = 0.0
+    by_topic: dict[str, float] = {}
     facts = 0
     unit_topics, bcast_topics = set(engine.unit_topics), set(engine.broadcast_topics)
     fact_topics = {kind: spec.name for kind, spec in topics.facts.items()}
@@ -119,6 +143,7 @@ def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress
             engine.handle_broadcast(topic, partition, offset, value, dead_letter=topic not in unit_topics)
         c1 = time.process_time()
         handle_s += c1 - c0
+        by_topic[topic] = by_topic.get(topic, 0.0) + c1 - c0
         if i % advance_every == 0 or i == len(placed):
             batch = engine.advance(closing=i == len(placed))
             c2 = time.process_time()
@@ -127,11 +152,19 @@ def _run(gpus: int, hours: float, cadence_s: float, advance_every: int, progress
             encode_s += time.process_time() - c2
     samples = counts["device_samples"]
     us = 1e6 / samples
+    per_record = 1e6 / max(1, len(values))  # a DCGM record's share of each
+    short = {t.name: key for key, t in (("dcgm", topics.dcgm), ("podresources", topics.podresources),
+                                         ("k8s", topics.k8s), ("reference", topics.reference), ("vgpu", topics.vgpu),
+                                         ("requests", topics.requests), ("model_metrics", topics.model_metrics))}
     out = {"gpus": gpus, "hours": hours, "device_samples": samples, "records": len(placed), "facts": facts,
            "dead_lettered": len(dead), "us_per_sample": {
                "avro_decode_dcgm": round(decode_s * us, 2), "handle": round(handle_s * us, 2),
                "advance": round(advance_s * us, 2), "encode": round(encode_s * us, 2),
-               "worker_total": round((handle_s + advance_s + encode_s) * us, 2)}}
+               "worker_total": round((handle_s + advance_s + encode_s) * us, 2)},
+           "us_per_dcgm_record": {
+               **{f"handle_{short[t]}": round(v * per_record, 2) for t, v in sorted(by_topic.items())},
+               **{f"dcgm_{k}": round(v * per_record, 2) for k, v in split.items()},
+               "advance": round(advance_s * per_record, 2), "encode": round(encode_s * per_record, 2)}}
     return out
 
 
@@ -143,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--advance-every", type=int, default=500, help="records between two takes of the facts")
     p.add_argument("--python-capacity", action="store_true",
                    help="capacity segments by the Python reference, not in C (to compare the two)")
+    p.add_argument("--stages", action="store_true",
+                   help="a DCGM record's parse, health facts and decode timed apart (each call wrapped)")
     args = p.parse_args(argv)
     result = run(args.gpus, args.hours, args.cadence_s, args.advance_every, progress=lambda m: print(m, file=sys.stderr),
-                 python_capacity=args.python_capacity)
+                 python_capacity=args.python_capacity, stages=args.stages)
     print(result)
     return 1 if result["dead_lettered"] or not result["facts"] else 0
 
