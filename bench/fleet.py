@@ -94,17 +94,8 @@ def raw_loop(bootstrap: str, topic: str, client: dict | None = None, parse: bool
     consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": f"fleet-raw-{time.time_ns()}",
                          **RAW_CONSUMER})
     consumer.assign([TopicPartition(topic, int(k.rsplit(":", 1)[1]), low) for k, (low, _) in extents.items()])
-    reader, seen, samples, bytes_in, idle_since = fastavro.schemaless_reader, 0, 0, 0, time.monotonic()
-    cpu0, t0, main0 = time.process_time(), time.perf_counter(), time.thread_time()
-    while seen < expected:
-        batch = consumer.consume(num_messages=10_000, timeout=1.0)
-        if not batch:
-            if time.monotonic() - idle_since > 60:
-                raise RuntimeError(f"raw loop: nothing for 60 s after {seen} of {expected} records")
-            continue
-        if not seen:  # timed from the first batch: connecting and the first fetch are not the loop's rate
-            cpu0, t0, main0 = time.process_time(), time.perf_counter(), time.thread_time()
-        idle_since = time.monotonic()
+    reader, seen, samples, bytes_in, clock = fastavro.schemaless_reader, 0, 0, 0, {}
+    for batch in consume_batches(consumer, expected, "raw loop", clock):
         for msg in batch:
             value = msg.value()
             if msg.error() or value[:5] != header:
@@ -116,12 +107,33 @@ def raw_loop(bootstrap: str, topic: str, client: dict | None = None, parse: bool
                         else device_samples(r["exposition"]))
             bytes_in += len(value)
         seen += len(batch)
-    wall, cpu, main = time.perf_counter() - t0, time.process_time() - cpu0, time.thread_time() - main0
+    wall, cpu, main = (time.perf_counter() - clock["wall"], time.process_time() - clock["cpu"],
+                       time.thread_time() - clock["main"])
     consumer.close()
     return {"records": seen, "device_samples": samples, "seconds": round(wall, 2), "records_per_s": round(seen / wall),
             "samples_per_s": round(samples / wall), "mb_per_s": round(bytes_in / wall / 1e6, 1),
             "cpu_pct": round(100 * cpu / wall), "main_thread_cpu_s": round(main, 2),  # the loop's own Python work
             "samples_per_main_thread_cpu_s": round(samples / main), "process_peak_rss_gib": peak_rss_gib()}
+
+
+def consume_batches(consumer: Consumer, expected: int, what: str, clock: dict):
+    """The consumer's batches (up to 10,000 records each) until ``expected`` records came.
+    ``clock`` is set to the process CPU, wall and main-thread clocks at the first batch (a
+    loop is timed from there: connecting and the first fetch are not its rate). Raises when
+    60 s pass without a record."""
+    seen, idle_since = 0, time.monotonic()
+    clock.update(cpu=time.process_time(), wall=time.perf_counter(), main=time.thread_time())
+    while seen < expected:
+        batch = consumer.consume(num_messages=10_000, timeout=1.0)
+        if not batch:
+            if time.monotonic() - idle_since > 60:
+                raise RuntimeError(f"{what}: nothing for 60 s after {seen} of {expected} records")
+            continue
+        if not seen:
+            clock.update(cpu=time.process_time(), wall=time.perf_counter(), main=time.thread_time())
+        idle_since = time.monotonic()
+        seen += len(batch)
+        yield batch
 
 
 def peak_rss_gib() -> float:

@@ -1,245 +1,37 @@
-/* What a DCGM scrape costs in native code at the least: the lines split, each series (name and
- * labels) hashed, its value read; with -DDEVICES each series found in a table by its hash and its
- * value kept in its device's slot; with -DFACTS (and DEVICES) each device's facts of the scrape
- * made as a worker writes them for exclusive GPUs: a utilization fact and a health fact, each
- * with its id (SHA-256 over its parts, as domain/_fact_id.c, by OpenSSL's EVP) and its Avro body
- * (the fields of utilization_fact v2 and gpu_health_fact v1 in order), into batch records of 500
- * facts copied out once as a producer copies them. bench/parse_floor.py builds and runs it over
- * the scrapes of a generated fleet; a step is left out by building without its -D flag.
+/* What a DCGM scrape costs in native code at the least, over scrapes held in memory: the steps
+ * of bench/floor_core.h, each left out by building without its -D flag (-DVALUE, -DHASH_WORDS
+ * or -DHASH_BYTES, -DDEVICES, -DFACTS). bench/parse_floor.py builds and runs it over the scrapes
+ * of a generated fleet.
  * usage: parse_floor FILE SCRAPES REPS [DUMP]   (FILE: the scrapes one after the other; FILE.len:
  * the length of each in bytes, one a line; DUMP: with FACTS, where the last batch records of each
  * kind are written, DUMP.utilization and DUMP.health, so that a reader can check them) */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#ifdef FACTS
-#include <openssl/evp.h>
-#endif
-#if (defined(DEVICES) && !defined(VALUE)) || (defined(FACTS) && !defined(DEVICES))
-#error "DEVICES needs VALUE, FACTS needs DEVICES"
-#endif
+#include "floor_core.h"
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+/* a batch record sent: copied out once, as a producer copies a record's value; the last of each
+ * kind kept for DUMP */
+static struct { unsigned char *p; size_t n, size; } produced, last[2];
+
+static void floor_sent(const unsigned char *record, size_t n, int kind) {
+    if (n > produced.size) produced.p = grown(produced.p, produced.size = 2 * n);
+    memcpy(produced.p, record, n);
+    produced.n = n;
+    if (n > last[kind].size) last[kind].p = grown(last[kind].p, last[kind].size = 2 * n);
+    memcpy(last[kind].p, record, n);
+    last[kind].n = n;
 }
 
-static uint64_t hash_series(const char *p, const char *end) {
-#if defined(HASH_BYTES) /* FNV-1a, a byte at a time */
-    uint64_t h = 1469598103934665603ULL;
-    for (; p < end; p++) { h ^= (unsigned char)*p; h *= 1099511628211ULL; }
-    return h;
-#elif defined(HASH_WORDS) /* eight bytes at a time, multiply and fold */
-    uint64_t h = 0x9E3779B97F4A7C15ULL, w;
-    for (; p + 8 <= end; p += 8) { memcpy(&w, p, 8); h = (h ^ w) * 0xFF51AFD7ED558CCDULL; h ^= h >> 32; }
-    w = 0;
-    memcpy(&w, p, (size_t)(end - p));
-    return (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
-#else
-    return (uint64_t)(end - p);
-#endif
-}
-
-#ifdef DEVICES
-/* A device (GPU) and a series' slot: the table maps a series' hash to its device and field. */
-#define NFIELD 5
-typedef struct {
-    char uuid[64], node[64], ns[64], pod[96], capacity_fact_id[33];
-    double value[NFIELD];
-    unsigned has, seen_at;
-} Device;
-typedef struct {
-    uint64_t hash;
-    int device, field;  /* field -1: not an attribution series */
-} Slot;
-#define TABLE (1 << 20)
-static Slot table[TABLE];
-static Device *devices;
-static int ndevices, devices_size;
-static const char *FIELDS[NFIELD] = {"DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
-                                     "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"};
-
-/* label="value" of the series' labels into out (empty where absent) */
-static void label(const char *p, const char *end, const char *name, char *out, size_t size) {
-    size_t n = strlen(name);
-    out[0] = 0;
-    for (const char *q = p; q + n + 2 < end; q++) {
-        if ((q == p || q[-1] == '{' || q[-1] == ',') && memcmp(q, name, n) == 0 && q[n] == '=' && q[n + 1] == '"') {
-            const char *v = q + n + 2, *close = memchr(v, '"', (size_t)(end - v));
-            size_t len = close ? (size_t)(close - v) : 0;
-            if (len >= size) len = size - 1;
-            memcpy(out, v, len);
-            out[len] = 0;
-            return;
-        }
-    }
-}
-
-static int device_of(const char *uuid) {
-    for (int i = ndevices - 1; i >= 0; i--)  /* (a floor: a fleet's few thousand devices, met once a series) */
-        if (strcmp(devices[i].uuid, uuid) == 0) return i;
-    if (ndevices == devices_size) {
-        devices_size = devices_size ? 2 * devices_size : 1024;
-        devices = realloc(devices, (size_t)devices_size * sizeof *devices);
-        if (!devices) { fprintf(stderr, "out of memory\n"); exit(2); }
-    }
-    memset(&devices[ndevices], 0, sizeof *devices);
-    snprintf(devices[ndevices].uuid, sizeof devices->uuid, "%s", uuid);
-    /* the capacity fact the samples are attributed to: its id comes with its piece */
-    snprintf(devices[ndevices].capacity_fact_id, sizeof devices->capacity_fact_id, "%032x", ndevices);
-    return ndevices++;
-}
-
-static Slot *slot_of(uint64_t h, const char *p, const char *brace, const char *end) {
-    size_t i = (size_t)(h & (TABLE - 1));
-    while (table[i].hash != 0 && table[i].hash != h) i = (i + 1) & (TABLE - 1);
-    if (table[i].hash == 0) {  /* first seen: its labels read once */
-        char uuid[64];
-        table[i].hash = h;
-        table[i].field = -1;
-        for (int f = 0; f < NFIELD; f++)
-            if ((size_t)(brace - p) == strlen(FIELDS[f]) && memcmp(p, FIELDS[f], (size_t)(brace - p)) == 0)
-                table[i].field = f;
-        label(brace, end, "UUID", uuid, sizeof uuid);
-        table[i].device = device_of(uuid);
-        Device *d = &devices[table[i].device];
-        label(brace, end, "Hostname", d->node, sizeof d->node);
-        label(brace, end, "namespace", d->ns, sizeof d->ns);
-        label(brace, end, "pod", d->pod, sizeof d->pod);
-    }
-    return &table[i];
-}
-#endif
-
-#ifdef FACTS
-/* Avro: zigzag varints, strings as length and bytes, a union's branch then its value */
-typedef struct {
-    unsigned char *p;
-    size_t used, size;
-} Buf;
-static void need(Buf *b, size_t n) {
-    if (b->used + n > b->size) {
-        b->size = 2 * (b->used + n);
-        b->p = realloc(b->p, b->size);
-        if (!b->p) { fprintf(stderr, "out of memory\n"); exit(2); }
-    }
-}
-static void put_long(Buf *b, int64_t v) {
-    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    need(b, 10);
-    while (z >= 0x80) { b->p[b->used++] = (unsigned char)(z | 0x80); z >>= 7; }
-    b->p[b->used++] = (unsigned char)z;
-}
-static void put_str(Buf *b, const char *s, size_t n) {
-    put_long(b, (int64_t)n);
-    need(b, n);
-    memcpy(b->p + b->used, s, n);
-    b->used += n;
-}
-#define PUT(b, s) put_str(b, s, strlen(s))
-static void put_double(Buf *b, double v) {  /* ["null", "double"], present */
-    put_long(b, 1);
-    need(b, 8);
-    memcpy(b->p + b->used, &v, 8);
-    b->used += 8;
-}
-static void put_null(Buf *b) { put_long(b, 0); }
-
-static EVP_MD *sha256;
-static EVP_MD_CTX *ctx;
-/* the first 32 hex digits of SHA-256 over the parts joined by U+001F */
-static void fact_id(const char **parts, int n, char out[33]) {
-    unsigned char in[512], md[EVP_MAX_MD_SIZE];
-    unsigned md_len = 0;
-    size_t used = 0;
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(parts[i]);
-        if (i) { memcpy(in + used, "\x1f", 1); used += 1; }
-        memcpy(in + used, parts[i], len);
-        used += len;
-    }
-    if (!EVP_DigestInit_ex2(ctx, sha256, NULL) || !EVP_DigestUpdate(ctx, in, used) ||
-        !EVP_DigestFinal_ex(ctx, md, &md_len)) { fprintf(stderr, "SHA-256 failed\n"); exit(2); }
-    for (int i = 0; i < 16; i++) { out[2 * i] = hex[md[i] >> 4]; out[2 * i + 1] = hex[md[i] & 15]; }
-    out[32] = 0;
-}
-
-/* a kind's batch record (an Avro array: a block per fact), sent at 500 facts: copied out once,
- * as a producer copies a record's value */
-typedef struct {
-    Buf buf;
-    long n;
-} Batch;
-static Batch util, health;
-static Buf produced;
-static long facts_made;
-static void send(Batch *b) {
-    put_long(&b->buf, 0);  /* the array's end */
-    produced.used = 0;
-    need(&produced, b->buf.used);
-    memcpy(produced.p, b->buf.p, b->buf.used);
-}
-static Buf *fact_start(Batch *b) {
-    if (b->n == 500) {
-        send(b);
-        b->buf.used = 0;
-        b->n = 0;
-    }
-    b->n++;
-    facts_made++;
-    put_long(&b->buf, 1);  /* a block of one fact */
-    return &b->buf;
-}
-
-/* a device's utilization fact (v2's fields in order) and health fact (v1's) of a scrape at t */
-static void device_facts(const Device *d, long long t, long long offset) {
-    char ts[24], id[33];
-    const char *cluster = "fleet-1024";
-    Buf *b;
-    snprintf(ts, sizeof ts, "%lld", t);
-    const char *u_parts[] = {"utilization", cluster, d->uuid, ts};
-    fact_id(u_parts, 4, id);
-    b = fact_start(&util);
-    PUT(b, id); PUT(b, cluster); PUT(b, d->uuid); PUT(b, d->uuid); PUT(b, d->node);
-    put_long(b, t); put_long(b, 10000);
-    put_double(b, d->value[0]);
-    put_long(b, 1); put_long(b, (int64_t)(d->value[2] * 1048576.0));
-    put_double(b, d->value[3]); put_double(b, d->value[4] / 1000.0);
-    PUT(b, d->capacity_fact_id); PUT(b, "exclusive"); PUT(b, "tenant-research"); PUT(b, "project-llm-train");
-    PUT(b, d->ns); PUT(b, d->pod); PUT(b, "0b9f2c1e-5d4a-4c3b-9a8e-7f6d5c4b3a21");
-    PUT(b, d->ns[0] ? "high" : "unattributed"); PUT(b, "");
-    PUT(b, "gpuledger.dcgm.scrapes.v1"); put_long(b, 2); put_long(b, offset);
-    const char *h_parts[] = {"health", cluster, d->uuid, "None", ts};
-    fact_id(h_parts, 5, id);
-    b = fact_start(&health);
-    PUT(b, id); PUT(b, cluster); PUT(b, d->node); PUT(b, d->uuid); put_null(b);
-    PUT(b, ""); PUT(b, "NVIDIA H100 80GB HBM3"); PUT(b, "00000000:18:00.0"); put_long(b, t);
-    for (int f = 0; f < 18; f++) put_null(b);  /* xid_last .. fb_free_bytes */
-    put_long(b, 1); put_long(b, (int64_t)(d->value[2] * 1048576.0));  /* fb_used_bytes */
-    for (int f = 0; f < 3; f++) put_null(b);  /* fb_reserved_bytes .. thermal_violation_s */
-    PUT(b, "gpuledger.dcgm.scrapes.v1"); put_long(b, 2); put_long(b, offset);
-}
-
-/* the batch records still open, ended, into PREFIX.utilization and PREFIX.health (to read them back) */
 static void dump(const char *prefix) {
-    Batch *kinds[2] = {&util, &health};
     const char *names[2] = {"utilization", "health"};
     for (int k = 0; k < 2; k++) {
         char path[4096];
         snprintf(path, sizeof path, "%s.%s", prefix, names[k]);
-        put_long(&kinds[k]->buf, 0);
         FILE *out = fopen(path, "wb");
-        if (!out || fwrite(kinds[k]->buf.p, 1, kinds[k]->buf.used, out) != kinds[k]->buf.used || fclose(out)) {
+        if (!out || fwrite(last[k].p, 1, last[k].n, out) != last[k].n || fclose(out)) {
             perror(path);
             exit(2);
         }
     }
 }
-#endif
 
 int main(int argc, char **argv) {
     if (argc != 4 && argc != 5) { fprintf(stderr, "usage: %s FILE SCRAPES REPS [DUMP]\n", argv[0]); return 2; }
@@ -262,61 +54,25 @@ int main(int argc, char **argv) {
         if (!lens || fscanf(lf, "%ld", &lens[i]) != 1) { fprintf(stderr, "%s: short\n", lens_path); return 2; }
     fclose(lf);
 #ifdef FACTS
-    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
-    ctx = EVP_MD_CTX_new();
-    if (!sha256 || !ctx) { fprintf(stderr, "no SHA-256 in OpenSSL\n"); return 2; }
+    if (facts_init() < 0) { fprintf(stderr, "no SHA-256 in OpenSSL\n"); return 2; }
 #endif
-    volatile double values = 0;
-    volatile uint64_t hashes = 0;
     double t0 = now_s();
     unsigned scrape_no = 0;
     for (long r = 0; r < reps; r++) {
-        char *p = buf;
+        const char *p = buf;
         for (long s = 0; s < scrapes; s++) {
-            char *end = p + lens[s], *nl;
-            scrape_no++;
-#ifdef DEVICES
-            int seen[256], nseen = 0;
-#endif
-            for (; p < end; p = nl + 1) {
-                nl = memchr(p, '\n', (size_t)(end - p));
-                if (!nl) nl = end;
-                if (p == nl || *p == '#') continue;
-                char *brace = memchr(p, '{', (size_t)(nl - p));
-                char *close = brace ? memchr(brace, '}', (size_t)(nl - brace)) : NULL;
-                char *space = close ? close + 1 : memchr(p, ' ', (size_t)(nl - p));
-                if (!space) continue;
-                uint64_t h = hash_series(p, space);
-                hashes += h;
-#ifdef VALUE
-                double v = strtod(space, NULL);
-                values += v;
-#endif
-#ifdef DEVICES
-                Slot *slot = slot_of(h | 1, p, brace ? brace : space, space);
-                if (slot->field >= 0) {
-                    Device *d = &devices[slot->device];
-                    if (d->seen_at != scrape_no) {
-                        d->seen_at = scrape_no, d->has = 0;
-                        if (nseen < 256) seen[nseen++] = slot->device;
-                    }
-                    d->value[slot->field] = v;
-                    d->has |= 1u << slot->field;
-                }
-#endif
-                series++;
-            }
-            p = end;
-#ifdef FACTS
-            for (int i = 0; i < nseen; i++)
-                device_facts(&devices[seen[i]], 1796600000000LL + (long long)s * 10000, s);
-#endif
+            int seen;
+            series += scrape_walk(p, (size_t)lens[s], ++scrape_no, "fleet-1024", 1796600000000LL + (long long)s * 10000,
+                                  "gpuledger.dcgm.scrapes.v1", 2, s, &seen);
+            p += lens[s];
         }
     }
     double dt = now_s() - t0;
     printf("%.3f us_per_scrape %.3f series_per_scrape", dt / reps / scrapes * 1e6, (double)series / reps / scrapes);
 #ifdef FACTS
     printf(" %.3f facts_per_scrape", (double)facts_made / reps / scrapes);
+    batch_send(&util);  /* the records still open, sent: the last of each kind is theirs */
+    batch_send(&health);
     if (argc == 5)
         dump(argv[4]);
 #endif

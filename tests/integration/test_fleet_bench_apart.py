@@ -48,3 +48,32 @@ def test_the_raw_loop_with_the_parse_parses_every_device_sample_the_fleet_holds(
     samples = results["generation"]["device_samples"]
     assert samples > 0 and results["raw"]["device_samples"] == results["raw_parse"]["device_samples"] == samples
     assert "| raw loop + parse |" in done.stdout
+
+
+def test_the_native_worker_floor_reads_the_kept_topics_and_leaves_no_topic_of_its_own(broker, tmp_path):
+    """``bench.worker_floor --reuse``: the raw loop, then the DCGM and PodResources topics a
+    fleet run kept, through the native floor, its batch records produced to a topic it deletes."""
+    from confluent_kafka.admin import AdminClient
+
+    out = tmp_path / "out"
+    env = {**os.environ, "GPULEDGER_HOME": str(tmp_path / "home"), "GPULEDGER_KAFKA_LIBS": str(LIBS)}
+    made = subprocess.run([sys.executable, "-m", "gpuledger.bench.fleet", "--gpus", "16", "--hours", "0.25",
+                           "--skip-worker", "--skip-raw", "--keep-topics", "--partitions", "2",
+                           "--bootstrap", BOOTSTRAP, "--out", str(out)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert made.returncode == 0, made.stderr[-4000:]
+    truth = orjson.loads((out / "truth.json").read_bytes())
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpuledger.bench.worker_floor", "--reuse",
+                               str(out / "truth.json"), "--bootstrap", BOOTSTRAP], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]  # 1: a sample count differs
+        assert "| native floor (DCGM and PodResources" in done.stdout
+        assert f"{truth['device_samples']} samples, " in done.stdout and " produced |" in done.stdout
+        left = [t for t in admin.list_topics(timeout=10).topics if t.startswith(truth["topic_prefix"])]
+        assert left and not [t for t in left if t.endswith(".floor-facts")]
+    finally:
+        kept = [t for t in admin.list_topics(timeout=10).topics if t.startswith(truth["topic_prefix"])]
+        for fut in (admin.delete_topics(kept).values() if kept else ()):
+            fut.result()
