@@ -91,9 +91,7 @@ def raw_loop(bootstrap: str, topic: str, client: dict | None = None, parse: bool
     expected = sum(high - low for low, high in extents.values())
     version = latest_version("dcgm_scrape")
     header, schema = bytes([0]) + version.to_bytes(4, "big"), load_schema("dcgm_scrape", version)
-    consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": f"fleet-raw-{time.time_ns()}",
-                         **RAW_CONSUMER})
-    consumer.assign([TopicPartition(topic, int(k.rsplit(":", 1)[1]), low) for k, (low, _) in extents.items()])
+    consumer = raw_consumer(bootstrap, client, extents, "fleet-raw")
     reader, seen, samples, bytes_in, clock = fastavro.schemaless_reader, 0, 0, 0, {}
     for batch in consume_batches(consumer, expected, "raw loop", clock):
         for msg in batch:
@@ -114,6 +112,16 @@ def raw_loop(bootstrap: str, topic: str, client: dict | None = None, parse: bool
             "samples_per_s": round(samples / wall), "mb_per_s": round(bytes_in / wall / 1e6, 1),
             "cpu_pct": round(100 * cpu / wall), "main_thread_cpu_s": round(main, 2),  # the loop's own Python work
             "samples_per_main_thread_cpu_s": round(samples / main), "process_peak_rss_gib": peak_rss_gib()}
+
+
+def raw_consumer(bootstrap: str, client: dict | None, extents: dict[str, tuple[int, int]], group: str) -> Consumer:
+    """The raw loop's consumer (a group of its own, ``group`` and the time), assigned every
+    partition of ``extents`` ("topic:partition" -> (low, high)) from its low offset."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": f"{group}-{time.time_ns()}",
+                         **RAW_CONSUMER})
+    consumer.assign([TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1]), low)
+                     for k, (low, _) in extents.items()])
+    return consumer
 
 
 def consume_batches(consumer: Consumer, expected: int, what: str, clock: dict):

@@ -8,8 +8,8 @@ hands each consume batch whole to bench/worker_floor.c (built with the C compile
 -shared``), which reads the messages with Python's C API:
 each DCGM record's scrape is walked and its 8 devices' utilization and health facts made (ids,
 Avro bodies, batch records of 500 facts), each PodResources response compared with its node's
-last one. The batch records are produced to a topic of their own (deleted after), as a
-worker's producer produces facts. What it leaves out of a worker: the attribution itself (the
+last one. The batch records are produced to a topic of their own (deleted after) by a worker's
+producer of facts (bus/acked.py). What it leaves out of a worker: the attribution itself (the
 facts carry one piece per device), capacity facts, the health fold, pacing, commits. So its
 rate against the raw loop is more than any worker on this machine could reach: an upper bound
 for a native per-record path, to set beside the target of half the raw loop.
@@ -28,11 +28,12 @@ import time
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gpuledger.bench.fleet import RAW_CONSUMER, consume_batches, machine, peak_rss_gib, raw_loop
+from gpuledger.bench.fleet import consume_batches, machine, peak_rss_gib, raw_consumer, raw_loop
 from gpuledger.bench.proc_monitor import log
+from gpuledger.bus.acked import AckedProducer
 from gpuledger.bus.offsets import read_extents
 from gpuledger.bus.security import client_config
 from gpuledger.bus.topics import Topics
@@ -90,13 +91,13 @@ class Floor:
             self.lib.wf_flush()
         at = ctypes.c_void_p()
         n = self.lib.wf_outbox(ctypes.byref(at))
-        data = ctypes.string_at(at, n) if n else b""
-        self.lib.wf_outbox_clear()
         out, i = [], 0
-        while i < len(data):
-            size = int.from_bytes(data[i:i + 4], "little")
-            out.append((KINDS[data[i + 4]], data[i + 5:i + 5 + size]))
+        while i < n:  # each record copied out once, as a worker's bytes of it
+            head = ctypes.string_at(at.value + i, 5)
+            size = int.from_bytes(head[:4], "little")
+            out.append((KINDS[head[4]], ctypes.string_at(at.value + i + 5, size)))
             i += 5 + size
+        self.lib.wf_outbox_clear()
         return out
 
 
@@ -113,26 +114,22 @@ def floor_loop(bootstrap: str, topics: Topics, client: dict | None = None, produ
         for fut in admin.create_topics([NewTopic(facts_topic, topics.podresources.partitions, 1,
                                                  config={"compression.type": "lz4"})]).values():
             fut.result()
-        producer = Producer({"bootstrap.servers": bootstrap, **(client or {}), "enable.idempotence": True,
-                             "acks": "all", "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
-                             "queue.buffering.max.messages": 10_000, "log_level": 3})
-    consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": f"floor-{time.time_ns()}",
-                         **RAW_CONSUMER})
-    consumer.assign([TopicPartition(k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1]), low)
-                     for k, (low, _) in extents.items()])
+        producer = AckedProducer(bootstrap, client)  # the worker's producer of facts
+    consumer = raw_consumer(bootstrap, client, extents, "floor")
     out = {"records": 0, "device_samples": 0, "batch_records": 0, "fact_bytes": 0}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             floor, seen, clock = Floor(build(Path(tmp)), dcgm), 0, {}
             for msgs in consume_batches(consumer, expected, "worker floor", clock):  # timed as the raw loop
-                if any(m.error() for m in msgs):
-                    raise KafkaException(next(m.error() for m in msgs if m.error()))
+                error = next((m.error() for m in msgs if m.error()), None)
+                if error is not None:
+                    raise KafkaException(error)
                 out["device_samples"] += floor.messages(msgs)
                 seen += len(msgs)
                 _produce(producer, facts_topic, floor.take(), out)
             _produce(producer, facts_topic, floor.take(flush=True), out)
-            if producer is not None and producer.flush(120):
-                raise KafkaException("worker floor: batch records left undelivered after 120 s")
+            if producer is not None:
+                producer.flush()  # raises unless every batch record was acknowledged
             wall, cpu, main = (time.perf_counter() - clock["wall"], time.process_time() - clock["cpu"],
                                time.thread_time() - clock["main"])
             out.update(records=seen, seconds=round(wall, 2), samples_per_s=round(out["device_samples"] / wall),
@@ -146,18 +143,14 @@ def floor_loop(bootstrap: str, topics: Topics, client: dict | None = None, produ
     return out
 
 
-def _produce(producer: Producer | None, topic: str, records: list[tuple[str, bytes]], out: dict) -> None:
+def _produce(producer: AckedProducer | None, topic: str, records: list[tuple[str, bytes]], out: dict) -> None:
     for _kind, value in records:
         out["batch_records"] += 1
         out["fact_bytes"] += len(value)
-        while producer is not None:
-            try:
-                producer.produce(topic, value=value)
-                break
-            except BufferError:  # the queue is full: wait for the broker, as a worker's producer does
-                producer.poll(0.05)
+        if producer is not None:
+            producer.produce(topic, None, value)  # (waits for room when its queue is full)
     if producer is not None:
-        producer.poll(0)
+        producer.poll()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -137,15 +137,16 @@ def test_spoiled_lines_every_way():
 
 @pytest.mark.parametrize("odd", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x00"])
 def test_a_single_break_other_than_newline_anywhere_splits_as_splitlines(odd):
-    """The walk splits a plain text at \\n alone, and looks for any other break eight bytes a
-    step: one such byte at each offset within a step, in a line or at its end, in a text
-    otherwise plain, still splits where splitlines() does (a byte missed makes one line of two)."""
-    base = "\n".join(f"# HELP node_metric_{i} a series no field reads\nnode_metric_{i} {40 + i}" for i in range(4)) + "\n"
+    """The walk splits a text at \\n alone only where it holds no other break splitlines() makes:
+    one such byte at any offset, in a line or at its end, in a text otherwise plain, still splits
+    where splitlines() does (a byte missed makes one line of two)."""
+    base = "\n".join(f"# HELP node_metric_{i} a series no field reads\nnode_metric_{i} {40 + i}"
+                     for i in range(4)) + "\n"
     for at in range(1, len(base) - 1):
         text = base[:at] + odd + base[at:]
         walked = _dcgm_walk.walk_text(text, {}, lambda _series: None, {}, {}, {}, {}, {})
         assert walked[1] == len(text.splitlines()), (at, text)
-    for at in range(0, 17):  # inside the first two steps of a text of one long line
+    for at in range(0, 17):  # near the start of a text of one long line
         text = "#" + "x" * at + odd + "y" * 40
         assert _dcgm_walk.walk_text(text, {}, lambda _series: None, {}, {}, {}, {}, {})[1] == len(text.splitlines())
 
